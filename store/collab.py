@@ -443,12 +443,19 @@ def forget_delivered(conn: sqlite3.Connection, delivery_id: str) -> None:
     delete_value(conn, _DELIVERED_NS, delivery_id)
 
 
+_SETTLED: Final = ("running", "completed", "failed", "cancelled", "interrupted")
+"""The statuses of a delivery that can no longer begin (its input line written, or never to be)."""
+
+
 def prune_delivered(conn: sqlite3.Connection) -> int:
-    """Boot: the answers kept for deliveries no longer queued (interrupted, cancelled, lost): none of them
-    begins now, so no input line will carry it."""
+    """Boot: the answers kept for deliveries that can no longer begin (interrupted, cancelled, lost): no input
+    line will carry them. Only an answer whose delivery a scan of the table finds settled, or finds not at all,
+    goes: one whose status is damaged (it may still begin) is kept, and so is one a damaged index would hide
+    from a lookup (``NOT INDEXED``: a prune never deletes what a read missed)."""
+    settled = ", ".join(f"'{status}'" for status in _SETTLED)
     return conn.execute(
-        "DELETE FROM kv WHERE ns = ? AND key NOT IN (SELECT id FROM session_collaboration_messages "
-        "WHERE status = 'queued')", (_DELIVERED_NS,)).rowcount
+        "DELETE FROM kv WHERE ns = ? AND key NOT IN (SELECT id FROM session_collaboration_messages NOT INDEXED "
+        f"WHERE status NOT IN ({settled}))", (_DELIVERED_NS,)).rowcount
 
 
 def input_message_id(delivery_id: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from store import approvals, collab, plans, queue, tasks
+from store.newest_kept import delete_past_newest
 from store.rules import turn_may_be_running
 
 NOTIFICATION_CAP = 200
@@ -88,33 +89,17 @@ def interrupt_deliveries(conn: sqlite3.Connection, *, now_ms: int, running: bool
 
 def retention(conn: sqlite3.Connection, *, now_ms: int, audit_days: int = 90) -> dict[str, Any]:
     audit = conn.execute("DELETE FROM audit_log WHERE ts < ?", (now_ms - audit_days * DAY_MS,)).rowcount
-    runs = conn.execute(
-        "DELETE FROM task_runs WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER "
-        "(PARTITION BY task_id ORDER BY started_at DESC, id DESC) AS rn FROM task_runs) WHERE rn > 100)"
-    ).rowcount
+    runs = sum(tasks.prune_runs(conn, str(task_id))
+               for (task_id,) in conn.execute("SELECT DISTINCT task_id FROM task_runs NOT INDEXED").fetchall())
     notes = prune_notifications(conn)
     return {"auditPruned": audit, "taskRunsPruned": runs, "notificationsPruned": notes}
 
 
 def prune_notifications(conn: sqlite3.Connection, cap: int = NOTIFICATION_CAP) -> int:
-    """Keep the newest ``cap`` notifications by ``(created_at, id)``: delete only the rows older than the
-    ``cap``-th newest row a scan of the table itself finds (``NOT INDEXED``; the table holds about ``cap`` rows).
-
-    Never "every row but those the newest-first list names": that list is read through
-    ``idx_notifications_created``, and a changed byte in one of its entries (its rowid now another row's) hides
-    a row from it with the page well formed; the prune then deleted that acknowledged row in a commit that
-    succeeded, and no later check or salvage could tell it had been there (corrupt mode). A row some read
-    misses is never deleted for being missed: only rows proven older than ``cap`` others go."""
-    if cap <= 0:
-        return conn.execute("DELETE FROM notifications").rowcount
-    edge = conn.execute(
-        "SELECT DISTINCT created_at, id FROM notifications NOT INDEXED ORDER BY created_at DESC, id DESC "
-        "LIMIT 1 OFFSET ?", (cap - 1,)).fetchone()
-    if edge is None:
-        return 0
-    return conn.execute(
-        "DELETE FROM notifications NOT INDEXED WHERE created_at < ? OR (created_at = ? AND id < ?)",
-        (edge[0], edge[0], edge[1])).rowcount
+    """Keep the newest ``cap`` notifications by ``(created_at, id)`` (:func:`store.newest_kept.delete_past_newest`:
+    a notification a damaged ``idx_notifications_created`` hides from the newest-first list is never deleted for
+    it; the table holds about ``cap`` rows, so the scan is small)."""
+    return delete_past_newest(conn, "notifications", keep=cap, stamp="created_at", tiebreak="id")
 
 
 def previous_boot_started(conn: sqlite3.Connection) -> int | None:

@@ -57,6 +57,7 @@ import orjson
 from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
 from store.indexing.group_commit import is_key_conflict
 from store.jsonio import Readable, loads_stored, readable, stored_value
+from store.newest_kept import delete_past_newest
 from store.rules import MAX_PATH_CHARS
 from store.stamps import after_newest
 
@@ -525,9 +526,10 @@ def run_started_at(conn: sqlite3.Connection, task_id: str, now_ms: int) -> int:
 
 
 def prune_runs(conn: sqlite3.Connection, task_id: str, keep: int = RUNS_KEPT) -> int:
-    return conn.execute(
-        "DELETE FROM task_runs WHERE task_id = ? AND id NOT IN (SELECT id FROM task_runs WHERE task_id = ? "
-        "ORDER BY started_at DESC, id DESC LIMIT ?)", (task_id, task_id, keep)).rowcount
+    """Keep the task's newest ``keep`` runs by ``(started_at, id)`` (:func:`store.newest_kept.delete_past_newest`:
+    a run a damaged ``idx_task_runs`` hides from the newest-first list is never deleted for it)."""
+    return delete_past_newest(conn, "task_runs", keep=keep, stamp="started_at", tiebreak="id",
+                              where="task_id = ?", params=(task_id,))
 
 
 def finish_run(conn: sqlite3.Connection, *, run_id: str, status: str, error_code: str | None,
