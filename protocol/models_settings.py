@@ -43,6 +43,12 @@ class SettingsGetResult(Result):
     key: str
     value: Any = Field(default=None, description="Absent when the key is not set (app fields read their default).")
     updated_at: TimestampMs | None = None
+    unreadable: list[str] | None = Field(
+        default=None,
+        description='Only for an app key while the stored app settings blob is damaged (it no longer parses as an '
+        'object): ["settings"]; the value shown is the default, as for an unset blob. App writes are CORRUPT_DATA '
+        "until pi-host doctor --repair sets the damaged bytes aside. Absent otherwise.",
+    )
 
 
 class SettingsGetAllParams(Params):
@@ -57,7 +63,8 @@ class SettingsGetAllResult(Result):
         default=None,
         description="Keys whose stored value is damaged (it no longer parses): left out of values, so the others "
         "still read; settings.get of one is CORRUPT_DATA, a settings.set or settings.delete of it writes over it. "
-        "Absent when every key reads (app: its one blob is CORRUPT_DATA instead).",
+        "Absent when every key reads. App: its one blob; while it is damaged the values are the defaults and this "
+        'is ["settings"] (app writes are CORRUPT_DATA until pi-host doctor --repair).',
     )
 
 

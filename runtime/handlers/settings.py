@@ -28,7 +28,7 @@ from store.config.settings_rules import (
     plugin_of,
     rules_for,
 )
-from store.errors import InvalidInput
+from store.errors import DamagedRecord, InvalidInput
 from store.project_memory import memory_view
 from store.receipts import ReceiptKey
 from store.upgrade.seed_migrations import current_platform
@@ -51,12 +51,12 @@ def get(ctx: ReadContext, p: m.SettingsGetParams) -> Any:
     ns = p.ns
     check_key(ns, p.key)
     if ns == APP_NS and p.key not in HOST_OWNED_APP_KEYS.keys() - {APP_SETTINGS_KEY}:
-        found = settings.app_blob(ctx.conn)
+        found, damaged = _app_blob(ctx)
         view = app_view(found[0] if found else None, current_platform())
         if p.key != APP_SETTINGS_KEY and p.key not in view:
-            return _got(ns, p.key, _UNSET, found[1] if found else None)
+            return _got(ns, p.key, _UNSET, found[1] if found else None, damaged)
         value = view if p.key == APP_SETTINGS_KEY else view[p.key]
-        return _got(ns, p.key, value, found[1] if found else None)
+        return _got(ns, p.key, value, found[1] if found else None, damaged)
     found = settings.get_value(ctx.conn, ns, canonical_key(ns, p.key))
     if found is None:
         return _got(ns, p.key, _UNSET, None)
@@ -71,13 +71,26 @@ _UNSET: Any = object()
 """A key that is not set: ``value`` is left out (README SettingsGetResult), so it differs from a stored null."""
 
 
-def _got(ns: str, key: str, value: Any, updated: int | None) -> dict[str, Any]:
+def _got(ns: str, key: str, value: Any, updated: int | None, damaged: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"ns": ns, "key": key}
     if value is not _UNSET:
         out["value"] = value
     if updated is not None:
         out["updatedAt"] = updated
+    if damaged:
+        out["unreadable"] = [APP_SETTINGS_KEY]
     return out
+
+
+def _app_blob(ctx: ReadContext) -> tuple[tuple[Any, int] | None, bool]:
+    """The stored app blob for a read, and whether it is damaged. A damaged blob reads as unset, its fields
+    their defaults (seed 003 §7: "host settings reads normalize a missing, malformed, or out-of-range value"),
+    and the answer names it in ``unreadable``; a write of app settings stays CORRUPT_DATA (its bytes are kept
+    until ``pi-host doctor --repair`` sets them aside), so nothing is ever merged into the defaults shown."""
+    try:
+        return settings.app_blob(ctx.conn), False
+    except DamagedRecord:
+        return None, True
 
 
 def get_all(ctx: ReadContext, p: m.SettingsGetAllParams) -> Any:
@@ -86,10 +99,12 @@ def get_all(ctx: ReadContext, p: m.SettingsGetAllParams) -> Any:
     if not rules.listable:
         raise InvalidInput(f"namespace {p.ns} is read one key at a time (settings.get)", data={"field": "ns"})
     if p.ns == APP_NS:
-        found = settings.app_blob(ctx.conn)
+        found, blob_damaged = _app_blob(ctx)
         out: dict[str, Any] = {"ns": APP_NS, "values": app_view(found[0] if found else None, current_platform())}
         if found is not None:
             out["updatedAt"] = found[1]
+        if blob_damaged:
+            out["unreadable"] = [APP_SETTINGS_KEY]
         return out
     rows, damaged = settings.namespace_rows(ctx.conn, p.ns, rules.max_keys)
     out = {"ns": p.ns, "values": {k: v for k, (v, _) in rows.items()}}

@@ -153,8 +153,8 @@ def test_end_to_end_a_damaged_app_blob_is_repaired_by_doctor_and_set_again(tmp_p
 
     async def damaged() -> None:
         async with inprocess_host(root) as host, client_for(host, "ui", kind="ui") as ui:
-            for method, params in (("settings.getAll", {}), ("settings.set", {"key": "language", "value": "de"}),
-                                   ("configSync.get", {})):
+            assert (await ui.call("settings.getAll", {}))["unreadable"] == ["settings"]  # the defaults, named
+            for method, params in (("settings.set", {"key": "language", "value": "de"}), ("configSync.get", {})):
                 err = await rpc_error(ui.call(method, params))
                 assert err.data_code == "CORRUPT_DATA", method
                 assert err.data["repair"] == KV_REPAIR and KV_REPAIR in str(err), method

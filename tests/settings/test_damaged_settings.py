@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from protocol.models_settings import SettingsGetAllResult
+from protocol.models_settings import SettingsGetAllResult, SettingsGetResult
 from protocol.models_skills import MemoriesListResult
 from tests.hostkit import client_for, inprocess_host
 from tests.integrity.test_damaged_listings import damage
@@ -28,20 +28,29 @@ def stored(root: Path, ns: str, key: str) -> str:
         conn.close()
 
 
-async def test_a_damaged_app_settings_blob_is_corrupt_to_read_and_to_write(tmp_path: Path) -> None:
+async def test_a_damaged_app_settings_blob_reads_as_defaults_named_and_is_corrupt_to_write(tmp_path: Path) -> None:
+    """Reads normalize it (seed 003 §7: "host settings reads normalize a missing, malformed, or out-of-range
+    value") and say so (``unreadable``); a write is CORRUPT_DATA, so nothing merges into the defaults shown
+    and the damaged bytes stay for ``pi-host doctor --repair``."""
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            fresh = SettingsGetAllResult.model_validate(await ui.call("settings.getAll", {}))
             values = {"largePasteThreshold": 1200, "thinkingDisplayMode": "compact"}
             await ui.call("settings.update", {"values": values})
             for cut in ('{"largePasteThreshold": 12', '[1200]'):
                 damage(tmp_path, "UPDATE kv SET value_json = ? WHERE ns = 'app' AND key = 'settings'", cut)
-                for method, params in (("settings.get", {"key": "largePasteThreshold"}), ("settings.getAll", {}),
-                                       ("settings.set", {"key": "thinkingDisplayMode", "value": "detailed"}),
+                got = SettingsGetResult.model_validate(await ui.call("settings.get", {"key": "largePasteThreshold"}))
+                assert (got.value, got.unreadable, got.updated_at) == (600, ["settings"], None), cut
+                every = SettingsGetAllResult.model_validate(await ui.call("settings.getAll", {}))
+                assert (every.values, every.unreadable) == (fresh.values, ["settings"]), cut
+                for method, params in (("settings.set", {"key": "thinkingDisplayMode", "value": "detailed"}),
+                                       ("settings.update", {"values": {"largePasteThreshold": 900}}),
                                        ("settings.delete", {"key": "largePasteThreshold"})):
                     err = await rpc_error(ui.call(method, params))
                     assert err.data_code == "CORRUPT_DATA", (cut, method)
                     assert (err.data["ns"], err.data["key"], err.data["repair"]) == ("app", "settings", REPAIR)
                 assert stored(tmp_path, "app", "settings") == cut  # no write replaced it with an empty blob's merge
+            assert fresh.unreadable is None
 
 
 async def test_a_damaged_key_is_corrupt_to_get_named_by_get_all_and_a_set_writes_over_it(tmp_path: Path) -> None:

@@ -2214,6 +2214,7 @@ class SettingsGetResult(TypedDict):
     key: str
     value: NotRequired[Any]
     updatedAt: NotRequired[int | None]
+    unreadable: NotRequired[list[str] | None]
 
 
 class SettingsSetParams(TypedDict):

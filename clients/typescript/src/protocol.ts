@@ -2839,7 +2839,7 @@ export interface SettingsGetAllResult {
   values: JsonObject;
   /** Newest write to the namespace. */
   updatedAt?: number | null;
-  /** Keys whose stored value is damaged (it no longer parses): left out of values, so the others still read; settings.get of one is CORRUPT_DATA, a settings.set or settings.delete of it writes over it. Absent when every key reads (app: its one blob is CORRUPT_DATA instead). */
+  /** Keys whose stored value is damaged (it no longer parses): left out of values, so the others still read; settings.get of one is CORRUPT_DATA, a settings.set or settings.delete of it writes over it. Absent when every key reads. App: its one blob; while it is damaged the values are the defaults and this is ["settings"] (app writes are CORRUPT_DATA until pi-host doctor --repair). */
   unreadable?: string[] | null;
 }
 
@@ -2856,6 +2856,8 @@ export interface SettingsGetResult {
   /** Absent when the key is not set (app fields read their default). */
   value?: unknown;
   updatedAt?: number | null;
+  /** Only for an app key while the stored app settings blob is damaged (it no longer parses as an object): ["settings"]; the value shown is the default, as for an unset blob. App writes are CORRUPT_DATA until pi-host doctor --repair sets the damaged bytes aside. Absent otherwise. */
+  unreadable?: string[] | null;
 }
 
 export interface SettingsSetParams {
