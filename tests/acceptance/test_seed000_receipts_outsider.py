@@ -5,13 +5,14 @@ WebSocket JSON-RPC protocol (protocol/README.md). Each test quotes the sentence 
 from __future__ import annotations
 
 import base64
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from runtime.client import HostClient, open_client
+from runtime.client import HostClient, RpcError, open_client
 from tests.acceptance.outsiderkit import code_of, data_dir, real_host, say
 from tests.hostkit import msg
 
@@ -238,3 +239,65 @@ async def test_switching_back_to_a_branch_lands_on_its_newest_descendant_even_af
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q1", "revisionIndex": 1})
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q1", "revisionIndex": 2})
             assert await ctx_ids(c, sid) == ["q1", "b1", "q2", "b2x"]
+
+
+# ------------------------------------------------------------------------------------- approvals (§2)
+
+async def test_keyed_answers_to_approvals_and_questions_replay_after_the_turn_and_a_late_one_keeps_no_receipt(
+        tmp_path: Path) -> None:
+    """Seed 000 §2 ("approvals, interactions | Pending and resolved user RPC state") + §2.4 (the receipt key is
+    clientId + submissionId; a completed receipt cannot be overwritten) + README §10 ("Exactly one answer
+    wins: a second one is CONFLICT with data.status; so is ... one after expiresAt") and §4 ("Only a success
+    is stored"): a keyed answer retried after its turn ended replays its answer; the same key with another
+    option is IDEMPOTENCY_CONFLICT; another UI sending the same key is a second answer (CONFLICT, the
+    winner's status); a keyed answer past the deadline is CONFLICT ``expired`` and so is its retry; the
+    sidecar may not answer (PERMISSION_DENIED)."""
+    data = data_dir(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(data, kind="agent", client_id="sidecar") as (proc, agent), \
+                open_client(proc.url, proc.token, client_id="ui-1", client_kind="ui") as ui, \
+                open_client(proc.url, proc.token, client_id="ui-2", client_kind="ui") as ui2:
+            sid = await new_session(ui)
+            await agent.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await agent.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u", "go")})
+            ask = {"sessionId": sid, "turnId": "t1", "tool": "Bash", "argsSummary": "ls", "risk": "low"}
+            rid = (await agent.call("approvals.request", {**ask, "toolCallId": "c1"}))["request"]["requestId"]
+            allow = {"sessionId": sid, "requestId": rid, "optionId": "allow_once", "submissionId": "answer-1"}
+            won = await ui.call("approvals.respond", allow)
+            assert won["request"]["status"] == "allowed"
+            assert await code_of(ui, "approvals.respond", {**allow, "optionId": "deny"}) == "IDEMPOTENCY_CONFLICT"
+            assert await code_of(agent, "approvals.respond", allow) == "PERMISSION_DENIED"
+            try:
+                await ui2.call("approvals.respond", allow)
+            except RpcError as second:
+                assert second.data_code == "CONFLICT" and second.data["status"] == "allowed"
+            else:
+                raise AssertionError("another client's answer under the same key was taken as a retry")
+
+            question = {"sessionId": sid, "turnId": "t1", "question": "which?",
+                        "choices": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]}
+            qid = (await agent.call("interactions.request", question))["request"]["requestId"]
+            pick = {"sessionId": sid, "requestId": qid, "answer": {"choiceIds": ["a"]}, "submissionId": "answer-2"}
+            answered = await ui.call("interactions.respond", pick)
+            assert answered["request"]["status"] == "answered"
+            assert await code_of(ui, "interactions.respond", {**pick, "answer": {"choiceIds": ["b"]}}) \
+                == "IDEMPOTENCY_CONFLICT"
+
+            await agent.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            assert await ui.call("approvals.respond", allow) == won
+            assert await ui.call("interactions.respond", pick) == answered
+
+            await agent.call("session.startTurn", {"sessionId": sid, "turnId": "t2"})
+            deadline = (await agent.call("approvals.request", {**ask, "turnId": "t2", "toolCallId": "c2",
+                                                                "expiresAt": int(time.time() * 1000) + 300}))
+            late = {"sessionId": sid, "requestId": deadline["request"]["requestId"], "optionId": "allow_once",
+                    "submissionId": "answer-3"}
+            await trio.sleep(0.6)
+            for _ in range(2):  # the refusal left no receipt: the retry is refused the same way
+                try:
+                    await ui.call("approvals.respond", late)
+                except RpcError as refused:
+                    assert refused.data_code == "CONFLICT" and refused.data["status"] == "expired"
+                else:
+                    raise AssertionError("an answer after expiresAt was taken")
+            assert (await ui.call("approvals.pending", {"sessionId": sid}))["pending"] == []
