@@ -128,6 +128,34 @@ async def test_keyed_retries_after_a_thread_delete_answer_from_their_receipts_an
             assert await code_of(c, "session.get", {"sessionId": sid}) == "SESSION_NOT_FOUND"
 
 
+async def test_one_key_in_one_batch_runs_once_conflicts_on_other_content_and_a_failure_keeps_no_receipt(
+        tmp_path: Path) -> None:
+    """Seed 000 §2.4: the receipt "stores command type, status, terminal response, and an optional SHA-256
+    request fingerprint" + README §4: two requests with one key that arrive together run once (the second
+    gets the first's response); the key with other params or another method is IDEMPOTENCY_CONFLICT and
+    changes nothing; "Only a success is stored": a keyed tombstone of an unknown message is
+    MESSAGE_NOT_FOUND, and the same key then works for the message once it exists."""
+    with trio.fail_after(60):
+        async with real_host(data_dir(tmp_path)) as (_proc, c):
+            sid = await new_session(c, title="kept")
+            same = {"sessionId": sid, "submissionId": "k", "message": msg("u1", "hello")}
+            hide = {"sessionId": sid, "messageId": "u2", "submissionId": "k-hide"}
+            got = await c.batch([
+                ("session.appendMessage", same),
+                ("session.appendMessage", {**same, "message": msg("u9", "other")}),
+                ("session.appendMessage", same),
+                ("session.rename", {"sessionId": sid, "title": "renamed", "submissionId": "k"}),
+                ("session.deleteMessage", hide),
+            ])
+            codes = [r.data_code if isinstance(r, RpcError) else None for r in got]
+            assert codes == [None, "IDEMPOTENCY_CONFLICT", None, "IDEMPOTENCY_CONFLICT", "MESSAGE_NOT_FOUND"]
+            assert got[0] == got[2] and got[0]["replayed"] is False
+            await say(c, sid, "u2", "second")
+            assert await c.call("session.deleteMessage", hide) == {"messageId": "u2", "deleted": True}
+            assert await rows(c, sid) == [("u1", False), ("u2", True)]
+            assert (await c.call("session.get", {"sessionId": sid}))["session"]["title"] == "kept"
+
+
 # ------------------------------------------------------------------------------------ tree (§3.1, §2.1)
 
 async def test_an_append_takes_the_next_sequence_moves_the_leaf_and_the_thread_timestamp(tmp_path: Path) -> None:
