@@ -5,6 +5,8 @@ WebSocket JSON-RPC protocol (protocol/README.md). Each test quotes the sentence 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -267,6 +269,48 @@ async def test_switching_back_to_a_branch_lands_on_its_newest_descendant_even_af
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q1", "revisionIndex": 1})
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q1", "revisionIndex": 2})
             assert await ctx_ids(c, sid) == ["q1", "b1", "q2", "b2x"]
+
+
+# ------------------------------------------------------------------------------------- snapshots (§4)
+
+def canonical_sha256(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+async def test_a_snapshot_digest_is_the_sha256_of_its_canonical_json_whatever_the_key_order(tmp_path: Path) -> None:
+    """Seed 000 §4: "Before execution, runTurn stores normalized input and a versioned RunEnvironmentSnapshot
+    with a SHA-256 integrity digest" + README "Turns": the stored snapshot (read back by
+    ``session.turnEnvironment`` and ``session.context``'s ``turnContext``) hashes to the digest
+    ``session.startTurn`` answered, as canonical JSON (sorted keys, compact, UTF-8); the same snapshot with
+    its keys in another order is the same snapshot (starting the running turn again with it is a retry);
+    another snapshot for it is CONFLICT; a version other than 1 and a secret value are INVALID_PARAMS;
+    after a SIGKILL the digest still verifies."""
+    data = data_dir(tmp_path)
+    env = {"version": 1, "model": {"id": "m-1", "contextWindow": 200000}, "systemPrompt": "réponds en français ✓",
+           "parameters": {"temperature": 0.5, "maxTokens": 512}, "credentialRefs": ["provider/p1"]}
+    reordered = {"credentialRefs": ["provider/p1"], "parameters": {"maxTokens": 512, "temperature": 0.5},
+                 "systemPrompt": "réponds en français ✓", "model": {"contextWindow": 200000, "id": "m-1"},
+                 "version": 1}
+    with trio.fail_after(60):
+        async with real_host(data, kind="agent", client_id="sidecar") as (_proc, c):
+            sid = await new_session(c)
+            start = {"sessionId": sid, "turnId": "t1"}
+            turn = await c.call("session.startTurn", {**start, "environment": env})
+            digest = turn["environmentDigest"]
+            assert await c.call("session.startTurn", {**start, "environment": reordered}) == turn
+            assert await code_of(c, "session.startTurn", {**start, "environment": {**env, "systemPrompt": "x"}}) \
+                == "CONFLICT"
+            stored = await c.call("session.turnEnvironment", {"turnId": "t1"})
+            assert stored["digest"] == digest == canonical_sha256(stored["snapshot"])
+            assert stored["version"] == 1 and stored["snapshot"]["systemPrompt"] == env["systemPrompt"]
+            assert (await c.call("session.context", {"sessionId": sid}))["turnContext"]["digest"] == digest
+            for bad in ({**env, "version": 2}, {**env, "connection": {"apiKey": "sk-live-123"}}):
+                assert await code_of(c, "session.startTurn", {"sessionId": sid, "turnId": "t2",
+                                                              "environment": bad}) == "INVALID_PARAMS"
+        async with real_host(data, kind="agent", client_id="sidecar") as (_proc, c):
+            again = await c.call("session.turnEnvironment", {"turnId": "t1"})
+            assert again == stored and canonical_sha256(again["snapshot"]) == digest
 
 
 # ------------------------------------------------------------------------------------- approvals (§2)
