@@ -31,6 +31,7 @@ holds, written by an interrupted try of the same rewrite, is not written again).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.session_context import CarriedAnswer, Lines, SessionContext
@@ -46,6 +47,8 @@ from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
 from store.receipts import conflict as receipts_conflict
 from store.revisions import (
+    RevisionEntry,
+    RevisionFile,
     append_revision_lines,
     archived_deletion_lines,
     entry_of_line,
@@ -93,6 +96,9 @@ ARCHIVE_MODES = ("regenerate", "retry", "edit")
 
 Archive = tuple[str, int, list[dict[str, Any]], dict[str, str]]
 """(rootUserId, revisionIndex, branch messages, turns) to store as a full ``revision`` line."""
+RestoredArchive = tuple[Archive, Sequence[Mapping[str, Any]], frozenset[str]]
+"""An archive of part of a branch being restored (not of the live transcript), with the checkpoints and
+the deleted message ids it carries (the live transcript's tombstones and checkpoints are not its own)."""
 
 
 # ---------------------------------------------------------------------- shared steps
@@ -272,6 +278,7 @@ async def commit_rewrite(
     archives: Sequence[Archive] = (),
     turn_overrides: Mapping[str, str] | None = None,
     receipt_extra: Mapping[str, Any] | None = None,
+    restored_archives: Sequence[RestoredArchive] = (),
 ) -> Any:
     """Archive → atomic rewrite (receipt in the header) → one reindex transaction.
 
@@ -285,13 +292,16 @@ async def commit_rewrite(
     for a keyed rewrite, no fsync; unkeyed ones as before.
     """
     archived_at = await archive(ctx, archives, live.compactions, live.tombstones)
+    dated = [(item, archived_at) for item in archives]
+    for item, comps, deleted in restored_archives:  # lines of a restored branch: its own checkpoints and deletions
+        dated.append((item, await archive(ctx, [item], comps, {mid: {"deleted": True} for mid in deleted})))
     path, sid, faults = ctx.paths.transcript, ctx.sid, ctx.faults
     stamps = live_stamps(plan.messages)
     now = ctx.now()
 
     def then(conn: Any, faults: Faults | None = faults) -> Any:
-        for root, idx, msgs, _ in archives:  # a new row's createdAt is its line's (a rebuild reads that)
-            upsert_row(conn, sid, root, idx, message_count=len(msgs), now_ms=archived_at)
+        for (root, idx, msgs, _), at in dated:  # a new row's createdAt is its line's (a rebuild reads that)
+            upsert_row(conn, sid, root, idx, message_count=len(msgs), now_ms=at)
         sync_active(conn, sid, stamps)
         return finish(conn, now, faults)
 
@@ -500,6 +510,7 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     restored = [dict(msg) for msg in target.messages]
     if restored and restored[0].get("role") == "user":
         restored[0] = with_stamp(restored[0], count=len(known | {live_idx}), active=target_idx, root=family)
+    restored, descent = newest_descendants(rf, family, restored, target)
     merged: dict[str, dict[str, Any]] = {}
     for rec in live.messages[:rpos] + restored:
         merged[rec["id"]] = rec  # keep-last content at first position (the reader rule)
@@ -507,13 +518,76 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     await _check_foreign_ids(ctx, [msg["id"] for msg in restored])
     archives += dropped_live_branches(ctx, live.messages, new_msgs, {(family, live_idx)}, turns)
     plan = plan_for(live, new_msgs, shown=hidden & ({msg["id"] for msg in restored} | {
-        str(c["id"]) for c in target.compactions}), restored=target.compactions, hide=target.deleted)
+        str(c["id"]) for c in descent.compactions}), restored=descent.compactions, hide=descent.deleted)
 
     def finish(conn: Any, now: int, faults: Faults | None) -> Any:
         return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
 
-    return await commit_rewrite(ctx, live, plan, finish, archives=archives, turn_overrides=dict(target.turns),
-                                receipt_extra={"rootUserId": family})
+    return await commit_rewrite(ctx, live, plan, finish, archives=archives, turn_overrides=descent.turns,
+                                receipt_extra={"rootUserId": family}, restored_archives=descent.archives)
+
+
+@dataclass
+class Descent:
+    """What a restored branch brings back once each family rooted inside it is on its newest variant."""
+
+    turns: dict[str, str]
+    compactions: list[dict[str, Any]]
+    deleted: set[str]
+    archives: list[RestoredArchive] = field(default_factory=list)
+
+
+def newest_descendants(rf: RevisionFile, family: str, restored: list[dict[str, Any]],
+                       target: RevisionEntry) -> tuple[list[dict[str, Any]], Descent]:
+    """Seed 000 §3.2: "The branch selector ... follows the newest default descendants when switching." Below
+    the root the switch names, every family of the restored branch comes back on its newest stored variant
+    (the highest revision index: variants are numbered in the order they were made), not on the one that
+    was live when the branch left the transcript. That one is stored first (a full ``revision`` line over
+    its own index, with its checkpoints and deletions, unless the file holds exactly it), so the pager can
+    bring it back. Deeper families of the variant taken are followed the same way."""
+    out = list(restored)
+    descent = Descent(turns=dict(target.turns), compactions=[dict(c) for c in target.compactions],
+                      deleted=set(target.deleted))
+    indices: dict[str, set[int]] = {}
+    newest_of: dict[str, RevisionEntry] = {}
+    for (fam_key, idx), entry in rf.entries.items():  # once: a branch may hold many user messages
+        indices.setdefault(fam_key, set()).add(idx)
+        if not entry.live and entry.messages and (
+                fam_key not in newest_of or idx > newest_of[fam_key].revision_index):
+            newest_of[fam_key] = entry
+    seen = {family}
+    i = 1
+    while i < len(out):
+        rec = out[i]
+        fam = family_of(rec) if rec.get("role") == "user" else None
+        if fam is None or fam in seen:
+            i += 1
+            continue
+        seen.add(fam)
+        active = stamp_of(rec).active
+        newest = newest_of.get(fam)
+        if active is None or newest is None or newest.revision_index <= active:
+            i += 1
+            continue
+        tail = out[i:]
+        ids = {m["id"] for m in tail}
+        comps = [c for c in descent.compactions if c.get("throughMessageId") in ids]
+        gone = frozenset(descent.deleted & ids)
+        stored = rf.get(fam, active)
+        if (stored is None or stored.live or _unstamped(stored.messages) != _unstamped(tail)
+                or stored.deleted != gone):
+            turns = {k: v for k, v in descent.turns.items() if k in ids}
+            descent.archives.append(((fam, active, [dict(m) for m in tail], turns), comps, gone))
+        count = max(stamp_of(rec).count or 0, len(indices.get(fam, ())))
+        taken = [dict(m) for m in newest.messages]
+        taken[0] = with_stamp(taken[0], count=count, active=newest.revision_index, root=fam)
+        out = out[:i] + taken
+        descent.turns = {k: v for k, v in descent.turns.items() if k not in ids} | dict(newest.turns)
+        descent.compactions = [c for c in descent.compactions if c.get("throughMessageId") not in ids] + [
+            dict(c) for c in newest.compactions]
+        descent.deleted = (descent.deleted - ids) | set(newest.deleted)
+        i += 1
+    return out, descent
 
 
 def _unstamped(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from runtime.client import HostClient, RpcError, open_client
@@ -242,19 +241,18 @@ async def test_a_tombstoned_tool_row_is_not_found_by_the_tool_output_search_unti
             assert await found() == (["t1"], 1)
 
 
-# ---------------------------------------------------------------------- branch selector (§3.2): a finding
+# ------------------------------------------------------------------------------ branch selector (§3.2)
 
-@pytest.mark.xfail(strict=True, reason=(
-    "seed 000 §3.2 'follows the newest default descendants when switching' against seed 003 §4.9 (a switch "
-    "restores the archived branch as it left, its own pager choices included): the host follows seed 003"))
 async def test_switching_back_to_a_branch_lands_on_its_newest_descendant_even_after_an_older_was_chosen(
         tmp_path: Path) -> None:
     """Seed 000 §3.2: "The branch selector orders siblings by sequence and follows the newest default
     descendants when switching." Branch B of the first reply holds a regenerated second reply (b2, then the
-    newer b2x); the user picks the older b2, switches the first reply to A, then back to B. Read literally,
-    the switch follows the newest descendant (b2x); the host restores B as it left (b2)."""
+    newer b2x); the user picks the older b2, goes on (q3, a3, then deletes q3), switches the first reply to A,
+    then back to B: the history follows B's newest second reply b2x, not the b2 it left on. The b2 line
+    stays one switch away with what grew on it (q3 still deleted). The same after a SIGKILL."""
+    data = data_dir(tmp_path)
     with trio.fail_after(60):
-        async with real_host(data_dir(tmp_path)) as (_proc, c):
+        async with real_host(data) as (_proc, c):
             sid = await new_session(c)
             await say(c, sid, "q1", "first question")
             await say(c, sid, "a1", "reply A", "assistant")
@@ -266,9 +264,25 @@ async def test_switching_back_to_a_branch_lands_on_its_newest_descendant_even_af
             await say(c, sid, "b2x", "second reply, newest", "assistant")
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q2", "revisionIndex": 1})
             assert await ctx_ids(c, sid) == ["q1", "b1", "q2", "b2"]
+            await say(c, sid, "q3", "third question")
+            await say(c, sid, "a3", "third reply", "assistant")
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "q3"})
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q1", "revisionIndex": 1})
+            assert await ctx_ids(c, sid) == ["q1", "a1"]
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q1", "revisionIndex": 2})
             assert await ctx_ids(c, sid) == ["q1", "b1", "q2", "b2x"]
+            t = await c.call("session.tree", {"sessionId": sid})
+            assert t["activeLeafId"] == "b2x"
+            seconds = [n for n in t["nodes"] if n.get("parentId") == "q2"]
+            assert [(n["messageId"], n["active"]) for n in seconds] == [("b2", False), ("b2x", True)]
+            listed = (await c.call("session.listRevisions", {"sessionId": sid, "rootUserId": "q2"}))["revisions"]
+            assert [(r["revisionIndex"], r["isActive"]) for r in listed] == [(1, False), (2, True)]
+        async with real_host(data) as (_proc, c):
+            assert await ctx_ids(c, sid) == ["q1", "b1", "q2", "b2x"]
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q2", "revisionIndex": 1})
+            assert await ctx_ids(c, sid) == ["q1", "b1", "q2", "b2", "a3"]
+            assert await rows(c, sid) == [("q1", False), ("b1", False), ("q2", False), ("b2", False),
+                                          ("q3", True), ("a3", False)]
 
 
 # ------------------------------------------------------------------------------------- snapshots (§4)

@@ -12,6 +12,8 @@ with simple list manipulation, following the documented rules (seed 003
   rewrite deletes is archived in full;
 * activating a variant archives the live branch first (unless the stored copy
   is the same), restores the target with a fresh stamp, keeps prefix messages;
+  below its root, every family of the restored branch comes back on its newest
+  full variant (seed 000 §3.2), the one it held stored first unless the same;
   a branch stored in full keeps the checkpoints anchored in it, and its
   restore writes them again after the live ones;
 * saving stamps the root and stores a live reference;
@@ -289,12 +291,62 @@ class HistoryModel:
         restored = copy.deepcopy(target)
         if restored and restored[0]["role"] == "user":
             restored[0] = with_stamp(restored[0], len(known | {live_idx}), idx, fam)
+        restored, descended, deleted, checkpoints = self._newest_descendants(fam, idx, restored)
         merged: dict[str, dict[str, Any]] = {}
         for rec in copy.deepcopy(self.live[:rpos]) + restored:
             merged[rec["id"]] = rec
         new = list(merged.values())
         archives += self._dropped_live(self.live, set(merged), {(fam, live_idx)})
-        comes_back = self.entry_deleted.get((fam, idx), set()) & {m["id"] for m in restored}
-        self._commit(new, archives, self.entry_checkpoints.get((fam, idx), []))
+        comes_back = deleted & {m["id"] for m in restored}
+        for f, i, branch, gone, cps in descended:  # stored before the rewrite, with their own deletions
+            self.entries[(f, i)] = branch
+            self.rows[(f, i)] = len(branch)
+            self.entry_deleted[(f, i)] = gone
+            self.entry_checkpoints[(f, i)] = cps
+        self._commit(new, archives, checkpoints)
         self.deleted |= comes_back & {m["id"] for m in new}  # the branch's deletions come back with it
         return True
+
+    def _newest_descendants(self, fam: str, idx: int, restored: list[dict[str, Any]]) -> tuple[
+            list[dict[str, Any]], list[tuple[str, int, list[dict[str, Any]], set[str], list[Checkpoint]]],
+            set[str], list[Checkpoint]]:
+        """Seed 000 §3.2 ("follows the newest default descendants when switching"): below the switched root,
+        each family of the restored branch comes back on its newest full variant; the variant it held is
+        stored first (with its deletions and checkpoints) unless the stored copy is the same."""
+        out = restored
+        deleted = set(self.entry_deleted.get((fam, idx), set()))
+        checkpoints = [copy.deepcopy(c) for c in self.entry_checkpoints.get((fam, idx), [])]
+        descended: list[tuple[str, int, list[dict[str, Any]], set[str], list[Checkpoint]]] = []
+        seen = {fam}
+        i = 1
+        while i < len(out):
+            rec = out[i]
+            f = family(rec) if rec["role"] == "user" else None
+            if f is None or f in seen:
+                i += 1
+                continue
+            seen.add(f)
+            st = stamped(rec)
+            full = sorted(k[1] for k, v in self.entries.items() if k[0] == f and v)
+            if st is None or not full or full[-1] <= st:
+                i += 1
+                continue
+            newest = full[-1]
+            tail = copy.deepcopy(out[i:])
+            ids = {m["id"] for m in tail}
+            gone = deleted & ids
+            stored = self.entries.get((f, st))
+            if stored is None or unstamped(stored) != unstamped(tail) or \
+                    self.entry_deleted.get((f, st), set()) != gone:
+                descended.append((f, st, tail, gone, [copy.deepcopy(c) for c in checkpoints if c.through in ids]))
+            count = meta(rec).get("revisionCount")
+            count = max(count if isinstance(count, int) else 0, len({k[1] for k in self.entries if k[0] == f}))
+            taken = copy.deepcopy(self.entries[(f, newest)])
+            assert taken is not None
+            taken[0] = with_stamp(taken[0], count, newest, f)
+            out = out[:i] + taken
+            deleted = (deleted - ids) | self.entry_deleted.get((f, newest), set())
+            checkpoints = [c for c in checkpoints if c.through not in ids] + [
+                copy.deepcopy(c) for c in self.entry_checkpoints.get((f, newest), [])]
+            i += 1
+        return out, descended, deleted, checkpoints
