@@ -134,6 +134,14 @@ def memory_view(stored: Any, what: str = "memory", *, kv: tuple[str, str] | None
         try:
             entries = _entries(stored["entries"], "memory")
         except InvalidInput as exc:
+            # entries of another writer's shape (an older build's "visual entries"): its derived plain content
+            # is what the runtime was given, so that is what reads, as one untitled entry (seed 003 §2: entries
+            # are normalized, legacy values stay readable); with no such content it cannot be read
+            content = stored.get("content")
+            if isinstance(content, str) and content.strip():
+                text = content.strip()
+                return {"format": FORMAT, "entries": [{"id": "legacy", "title": "", "content": text}],
+                        "content": text, "legacy": True}
             raise refuse(str(exc)) from None
         view: dict[str, Any] = {"format": FORMAT, "entries": entries, "content": derive_content(entries)}
         if isinstance(stored.get("updatedAt"), int):

@@ -404,6 +404,19 @@ def test_legacy_plain_text_memory_reads_as_one_untitled_entry(conn: sqlite3.Conn
     assert view["content"] == "remember this" and view["legacy"] is True
 
 
+def test_memory_entries_of_another_writers_shape_read_as_their_derived_content() -> None:
+    """An older build's visual entries (``body``, not ``content``): its derived plain content reads, as one
+    untitled entry, not a refusal (the data directory's seed memory; ``pi-host doctor`` found it "damaged")
+    and not an empty memory (before the damaged-record change: what the runtime was given was shown as
+    nothing). With no derived content to fall back on it stays unreadable."""
+    seed = {"format": "entries-v1", "entries": [{"title": "db", "body": "use WAL"}], "content": "use WAL",
+            "updatedAt": NOW}
+    view = memory_view(seed)
+    assert view["entries"] == [{"id": "legacy", "title": "", "content": "use WAL"}] and view["content"] == "use WAL"
+    with pytest.raises(DamagedRecord):
+        memory_view({**seed, "content": ""})
+
+
 def test_empty_memory_stores_no_key(conn: sqlite3.Connection) -> None:
     write(conn, "projectMemory", {"/w": "x"})
     plan = write(conn, "projectMemory", {"/w": "   "})
