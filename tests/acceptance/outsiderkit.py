@@ -54,3 +54,21 @@ async def error_of(c: HostClient, method: str, params: dict[str, Any]) -> tuple[
 async def code_of(c: HostClient, method: str, params: dict[str, Any]) -> str | None:
     """The call's error code (None when it succeeds)."""
     return (await error_of(c, method, params))[0]
+
+
+async def ctx_ids(c: HostClient, sid: str) -> list[str]:
+    """The ids of the session's context (``session.context``), in order."""
+    return [m["id"] for m in (await c.call("session.context", {"sessionId": sid}))["messages"]]
+
+
+async def nested_branches(c: HostClient, sid: str) -> None:
+    """Seed 000 §3.2's shape: the first reply regenerated (a1 → b1), and inside branch B the second reply
+    regenerated too (b2 → b2x, the newest); the live branch ends at b2x."""
+    await say(c, sid, "q1", "first question")
+    await say(c, sid, "a1", "reply A", "assistant")
+    await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+    await say(c, sid, "b1", "reply B", "assistant")
+    await say(c, sid, "q2", "second question")
+    await say(c, sid, "b2", "second reply, first try", "assistant")
+    await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "b2", "mode": "regenerate"})
+    await say(c, sid, "b2x", "second reply, newest", "assistant")

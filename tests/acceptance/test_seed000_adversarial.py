@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, data_dir, error_of, real_host, say
+from tests.acceptance.outsiderkit import code_of, ctx_ids, data_dir, error_of, nested_branches, real_host, say
 from tests.hostkit import HostProcess, call_killed_at, msg
 from tests.importers.test_pi_branches import HEADER, STAGE_3, entry
 
@@ -31,10 +31,6 @@ def lose_database(data: Path) -> None:
 def second_client(proc: HostProcess, client_id: str = "outsider", kind: str = "ui") -> Any:
     """Another connection to the same host process."""
     return open_client(proc.url, proc.token, client_id=client_id, client_kind=kind)
-
-
-async def ctx_ids(c: HostClient, sid: str) -> list[str]:
-    return [m["id"] for m in (await c.call("session.context", {"sessionId": sid}))["messages"]]
 
 
 async def tree(c: HostClient, sid: str) -> dict[str, Any]:
@@ -246,14 +242,7 @@ async def test_switching_back_to_a_branch_follows_its_newest_descendants(tmp_pat
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
-            await say(c, sid, "q1", "first question")
-            await say(c, sid, "a1", "reply A", "assistant")
-            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
-            await say(c, sid, "b1", "reply B", "assistant")
-            await say(c, sid, "q2", "second question")
-            await say(c, sid, "b2", "second reply, first try", "assistant")
-            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "b2", "mode": "regenerate"})
-            await say(c, sid, "b2x", "second reply, newest", "assistant")
+            await nested_branches(c, sid)
             assert await ctx_ids(c, sid) == ["q1", "b1", "q2", "b2x"]
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q1", "revisionIndex": 1})
             assert await ctx_ids(c, sid) == ["q1", "a1"]

@@ -16,17 +16,13 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
-from tests.acceptance.outsiderkit import say
+from tests.acceptance.outsiderkit import ctx_ids, say
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.importers.test_pi_branches import HEADER, STAGE_3, entry
 
 
 def by_id(tree: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n["id"]: n for n in tree["nodes"]}
-
-
-async def ctx_ids(c: HostClient, sid: str) -> list[str]:
-    return [m["id"] for m in (await c.call("session.context", {"sessionId": sid}))["messages"]]
 
 
 async def tree(c: HostClient, sid: str) -> dict[str, Any]:

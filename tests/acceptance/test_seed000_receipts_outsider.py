@@ -14,12 +14,8 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient, RpcError, open_client
-from tests.acceptance.outsiderkit import code_of, data_dir, real_host, say
+from tests.acceptance.outsiderkit import code_of, ctx_ids, data_dir, nested_branches, real_host, say
 from tests.hostkit import msg
-
-
-async def ctx_ids(c: HostClient, sid: str) -> list[str]:
-    return [m["id"] for m in (await c.call("session.context", {"sessionId": sid}))["messages"]]
 
 
 async def rows(c: HostClient, sid: str) -> list[tuple[str, bool]]:
@@ -254,14 +250,7 @@ async def test_switching_back_to_a_branch_lands_on_its_newest_descendant_even_af
     with trio.fail_after(60):
         async with real_host(data) as (_proc, c):
             sid = await new_session(c)
-            await say(c, sid, "q1", "first question")
-            await say(c, sid, "a1", "reply A", "assistant")
-            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
-            await say(c, sid, "b1", "reply B", "assistant")
-            await say(c, sid, "q2", "second question")
-            await say(c, sid, "b2", "second reply, first try", "assistant")
-            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "b2", "mode": "regenerate"})
-            await say(c, sid, "b2x", "second reply, newest", "assistant")
+            await nested_branches(c, sid)
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q2", "revisionIndex": 1})
             assert await ctx_ids(c, sid) == ["q1", "b1", "q2", "b2"]
             await say(c, sid, "q3", "third question")

@@ -22,25 +22,13 @@ from store.doctor.doctor_report import EXIT_CLEAN, EXIT_DAMAGED, EXIT_REPAIRABLE
 from tests.doctor.doctorkit import (
     ATTACHMENT_SHA,
     SECRET_REF,
-    build_template,
     checks,
-    copy_dir,
     db,
     doctor,
     problems,
     row,
     snapshot,
 )
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_template(tmp_path_factory.mktemp("doctor") / "template")
-
-
-@pytest.fixture
-def data(template: Path, tmp_path: Path) -> DataDir:
-    return copy_dir(template, tmp_path / "data")
 
 
 def _exec(data: DataDir, *statements: str) -> None:

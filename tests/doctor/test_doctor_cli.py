@@ -10,21 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from runtime.datadir import DataDir
-from tests.doctor.doctorkit import ATTACHMENT_SHA, build_template, cli, copy_dir, db, snapshot
+from tests.doctor.doctorkit import ATTACHMENT_SHA, cli, db, snapshot
 from tests.hostkit import REPO, start_host_process
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_template(tmp_path_factory.mktemp("doctor-cli") / "template")
-
-
-@pytest.fixture
-def data(template: Path, tmp_path: Path) -> DataDir:
-    return copy_dir(template, tmp_path / "data")
 
 
 def test_exit_codes_clean_repairable_repaired_damaged(data: DataDir) -> None:

@@ -9,18 +9,8 @@ from pathlib import Path
 import pytest
 
 from runtime.datadir import DataDir
-from tests.doctor.doctorkit import build_template, cli, copy_dir
+from tests.doctor.doctorkit import cli
 from tests.hostkit import start_host_process
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_template(tmp_path_factory.mktemp("doctor-lock") / "template")
-
-
-@pytest.fixture
-def data(template: Path, tmp_path: Path) -> DataDir:
-    return copy_dir(template, tmp_path / "data")
 
 
 def _names(root: Path) -> set[str]:

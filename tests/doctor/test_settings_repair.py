@@ -21,19 +21,9 @@ from store.doctor.doctor import run_doctor
 from store.doctor.doctor_report import EXIT_CLEAN, EXIT_REPAIRABLE
 from store.doctor.doctor_settings import quarantine_name, read_as_host
 from store.errors import KV_REPAIR, IOFailure
-from tests.doctor.doctorkit import build_template, cli, copy_dir, db, doctor, problems, row, snapshot
+from tests.doctor.doctorkit import cli, db, doctor, problems, row, snapshot
 from tests.hostkit import client_for, inprocess_host
 from tests.turns.turnkit import rpc_error
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_template(tmp_path_factory.mktemp("doctor") / "template")
-
-
-@pytest.fixture
-def data(template: Path, tmp_path: Path) -> DataDir:
-    return copy_dir(template, tmp_path / "data")
 
 
 def _put(data: DataDir, ns: str, key: str, value_json: str | bytes) -> None:
