@@ -562,17 +562,23 @@ def test_a_row_whose_changed_byte_breaks_a_check_constraint_is_a_bad_value_not_k
     assert out.copied["permission_rules"] == 1 and out.skipped["permission_rules"] == {"badValue": 1, "kept": 1}, out
 
 
-def test_quarantine_keeps_the_newest_three_index_copies_and_every_transcript_quarantine(tmp_path: Path) -> None:
-    """Each corrupt index is moved whole into quarantine/ (as large as the index); a failing disk can make one
-    per restart. Once the newest copy's salvage is done, boot deletes all but the newest 3 copies (by the time
-    in their names, sidecars with them) and a kill's leftover ``.salvage-*`` scratch folder; a transcript's
-    quarantined lines and checkpoints are never touched, nor a copy whose salvage is still owed."""
+def _booted_with_quarantine(tmp_path: Path) -> tuple[DataDir, Path]:
+    """A data directory booted once with one session, and its quarantine folder."""
     data = DataDir(tmp_path / "data")
     data.ensure()
     create_transcript(data.transcript("s-a"), "s-a", NOW, body_lines=[session_info_line({"title": "kept"}, NOW)])
     run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW).conn.close()
     q = data.quarantine_dir
     q.mkdir(exist_ok=True)
+    return data, q
+
+
+def test_quarantine_keeps_the_newest_three_index_copies_and_every_transcript_quarantine(tmp_path: Path) -> None:
+    """Each corrupt index is moved whole into quarantine/ (as large as the index); a failing disk can make one
+    per restart. Once the newest copy's salvage is done, boot deletes all but the newest 3 copies (by the time
+    in their names, sidecars with them) and a kill's leftover ``.salvage-*`` scratch folder; a transcript's
+    quarantined lines and checkpoints are never touched, nor a copy whose salvage is still owed."""
+    data, q = _booted_with_quarantine(tmp_path)
     old = [f"pi.sqlite.corrupt-{NOW - 5000 + i}" for i in range(4)] + [f"pi.sqlite.corrupt-{NOW - 4000}.{NOW}"]
     for name in old:
         (q / name).write_bytes(b"x")
@@ -605,12 +611,7 @@ def test_a_boot_told_to_keep_quarantined_copies_prunes_none(tmp_path: Path) -> N
     from runtime.cli import _parser
     from runtime.cli_serve import host_config
 
-    data = DataDir(tmp_path / "data")
-    data.ensure()
-    create_transcript(data.transcript("s-a"), "s-a", NOW, body_lines=[session_info_line({"title": "kept"}, NOW)])
-    run_boot(data, faults=NO_FAULTS, now_ms=lambda: NOW).conn.close()
-    q = data.quarantine_dir
-    q.mkdir(exist_ok=True)
+    data, q = _booted_with_quarantine(tmp_path)
     old = [f"pi.sqlite.corrupt-{NOW - 5000 + i}" for i in range(5)]
     for name in old:
         (q / name).write_bytes(b"x")

@@ -202,13 +202,19 @@ def _message_selects(conn: sqlite3.Connection) -> list[str]:
     return seen
 
 
-def test_a_new_id_is_not_looked_up_and_a_held_one_is(tmp_path: Path) -> None:
+def _taken_elsewhere(tmp_path: Path) -> tuple[sqlite3.Connection, Path, MessageIds]:
+    """A writer with session ``other`` holding message ``taken``, SID's transcript, and a filter attached."""
     conn = writer(tmp_path)
     path = tmp_path / f"{SID}.jsonl"
     create_transcript(path, SID, NOW)
     put(conn, "other", "taken")
     ids = MessageIds()
     ids.attach(conn)
+    return conn, path, ids
+
+
+def test_a_new_id_is_not_looked_up_and_a_held_one_is(tmp_path: Path) -> None:
+    conn, path, ids = _taken_elsewhere(tmp_path)
     reader = open_reader(tmp_path / "pi.sqlite")
     seen = _message_selects(reader)
     known = gather(reader, path, SID, [AppendRequest(message("brand-new"))], ids=ids)
@@ -241,12 +247,7 @@ def test_an_append_that_needs_no_read_is_answered_without_a_connection(tmp_path:
     """``known_without_reads`` (the append's write hop then takes no read connection): only for new ids the
     filter rules out, with no receipt, named turn or revision root; then exactly what ``gather`` finds,
     the index log's held ids included. Anything that must read declines (None)."""
-    conn = writer(tmp_path)
-    path = tmp_path / f"{SID}.jsonl"
-    create_transcript(path, SID, NOW)
-    put(conn, "other", "taken")
-    ids = MessageIds()
-    ids.attach(conn)
+    conn, path, ids = _taken_elsewhere(tmp_path)
     held = {"m1": Held("other", {"id": "m1", "sessionId": "other", "seq": 1, "turnId": None, "role": "user",
                                  "createdAt": 1})}
     quiet = [AppendRequest(message("m1")), AppendRequest(message("brand-new"))]
