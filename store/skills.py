@@ -43,7 +43,7 @@ from typing import Any, Final
 import orjson
 
 from store.config.settings import delete_value, get_value, set_value
-from store.errors import Conflict, DamagedRecord, InvalidInput, LimitExceeded, PayloadTooLarge
+from store.errors import Conflict, DamagedRecord, InvalidInput, LimitExceeded, PayloadTooLarge, damaged_setting
 from store.jsonio import Readable, loads_stored, readable
 from store.project_memory import memory_view
 from store.rules import (
@@ -64,6 +64,7 @@ __all__ = [
     "list_memories",
     "list_skills",
     "put_skill",
+    "stored_skill",
     "validate_skill_name",
 ]
 
@@ -171,14 +172,27 @@ def get_skill(conn: sqlite3.Connection, name: str, *, checked: bool = False) -> 
     """The stored skill, None when there is none. A record that no longer parses as an object is None too (a
     put writes over it, a delete removes it), or with ``checked`` (``skills.get``) ``DamagedRecord``
     (CORRUPT_DATA)."""
-    found = get_value(conn, SKILLS_NS, validate_skill_name(name), lenient=True)
-    if found is None:
+    return stored_skill(conn, validate_skill_name(name), checked=checked)
+
+
+def stored_skill(conn: sqlite3.Connection, key: str, *, checked: bool = True) -> dict[str, Any] | None:
+    """The record of ``kv(skills, key)`` as :func:`get_skill` reads it (``key`` unchecked: ``pi-host doctor``
+    reads every stored row): with ``checked``, a record that is not JSON or not an object is ``DamagedRecord``
+    naming the row (``store.errors.damaged_setting``: data ``ns``, ``key``, ``repair``)."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (SKILLS_NS, key)).fetchone()
+    if row is None:
         return None
-    if not isinstance(found[0], dict):
-        if checked:
-            raise DamagedRecord(f"skill {name}'s stored record no longer reads", data={"name": name})
-        return None
-    return dict(found[0])
+    try:
+        value = orjson.loads(row[0])
+    except orjson.JSONDecodeError as exc:
+        why = str(exc)
+    else:
+        if isinstance(value, dict):
+            return value
+        why = f"a JSON {type(value).__name__}, not an object"
+    if checked:
+        raise damaged_setting(SKILLS_NS, key, why, f"skill {key}'s stored record")
+    return None
 
 
 def list_skills(conn: sqlite3.Connection) -> Readable[dict[str, Any]]:

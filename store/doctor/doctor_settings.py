@@ -9,8 +9,8 @@ the wire: every read and write of them refuses while they are damaged.
 Check ``settings.damaged`` (repairable): every ``kv`` row read the way the host reads it
 (:func:`read_as_host`: the store's own readers, no second copy of their rules): a value that
 is not JSON, in any namespace (``app``, ``ui``, ``plugin:<id>``, ...); the app blob or the
-config-sync settings that are not a JSON object; a project or group memory ``memory_view``
-refuses.
+config-sync settings that are not a JSON object; a skill record that is not an object
+(``stored_skill``); a project or group memory ``memory_view`` refuses.
 
 Repair, per record: its stored bytes, exactly, go to ``quarantine/kv.<ns>.<key>.<ms>``
 (``<ns>`` and ``<key>`` in a file-name-safe form, with a short hash of the original when
@@ -36,7 +36,7 @@ from store.errors import KV_REPAIR, Conflict, DamagedRecord, StoreError
 from store.fsutil import atomic_write, fsync_dir
 from store.project_groups import GROUPS_NS
 from store.project_memory import memory_view
-from store.skills import MEMORY_SCOPES
+from store.skills import MEMORY_SCOPES, SKILLS_NS, stored_skill
 
 __all__ = ["kv_records", "quarantine_name", "read_as_host"]
 
@@ -58,6 +58,8 @@ def read_as_host(conn: sqlite3.Connection, ns: str, key: str) -> None:
         app_blob(conn)
     elif (ns, key) == SYNC_SETTINGS_KEY:
         stored_settings(conn)
+    elif ns == SKILLS_NS:
+        stored_skill(conn, key)
     elif ns in MEMORY_SCOPES.values():
         found = get_value(conn, ns, key)
         memory_view(found[0] if found is not None else None, f"setting {ns}/{key}", kv=(ns, key))

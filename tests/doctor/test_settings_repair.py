@@ -45,6 +45,7 @@ DAMAGE = [
     ("configSync", "settings", '"enabled"'),
     ("projectMemory", "/w/a b", '{"format": "entries-v1", "entries": [{"x": 1}]}'),  # memory_view refuses it
     ("projectGroupMemory", "g1", "7"),
+    ("skills", "release-notes", '["a skill"]'),  # JSON, but a skill record is an object (skills.get refuses it)
     ("ui", "panel", '{"open": tr'),
     ("plugin:acme", "state", "\x00{"),
 ]

@@ -141,3 +141,17 @@ async def test_damaged_config_sync_settings_are_corrupt_to_read_and_to_configure
                 assert (err.data_code, err.data["ns"]) == ("CORRUPT_DATA", "configSync"), method
                 assert err.data["repair"] == REPAIR and REPAIR in err.message, method
             assert stored(tmp_path, "configSync", "settings") == cut
+
+
+async def test_a_skill_record_that_is_json_but_not_an_object_names_its_row_and_repair(tmp_path: Path) -> None:
+    """Before, skills.get of a skill stored as a JSON array (or any non-object) was CORRUPT_DATA with only
+    ``data.name``: no ns/key for ``pi-host doctor --repair``, and the doctor did not flag the row."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            await ui.call("skills.put", {"name": "notes", "version": "1", "source": "# notes\n"})
+            for stored_as in ('["# notes"]', '{"na'):
+                damage(tmp_path, "UPDATE kv SET value_json = ? WHERE ns = 'skills' AND key = 'notes'", stored_as)
+                err = await rpc_error(ui.call("skills.get", {"name": "notes"}))
+                assert err.data_code == "CORRUPT_DATA", stored_as
+                assert (err.data["ns"], err.data["key"], err.data["repair"]) == ("skills", "notes", REPAIR), stored_as
+                assert REPAIR in err.message
