@@ -25,10 +25,12 @@ import re
 import sqlite3
 from typing import Any, Final
 
+import orjson
+
 from store.config.settings import delete_value, get_value, namespace_rows, set_value
 from store.config.settings_rules import canonical_path
-from store.errors import Conflict, DamagedRecord, InvalidInput, NotFound, PayloadTooLarge
-from store.jsonio import Readable, loads_stored, readable
+from store.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, damaged_setting
+from store.jsonio import Readable, readable
 from store.project_memory import EMPTY, memory_view, normalize_memory
 from store.rules import MAX_GROUP_ROOTS, MAX_MEMORY_BYTES, MAX_PATH_CHARS
 
@@ -43,6 +45,8 @@ __all__ = [
     "save_group",
     "set_instructions",
     "set_memory",
+    "stored_group",
+    "stored_instructions",
 ]
 
 GROUPS_NS: Final = "projectGroups"
@@ -59,11 +63,37 @@ def _stored(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
 
 
 def _group(row: tuple[str, str]) -> dict[str, Any]:
-    """A stored group; ``DamagedRecord`` (CORRUPT_DATA) when its record no longer parses as an object (a record
-    written by the app before this host may lack fields this host writes: it is not damaged for that)."""
+    """A stored group; ``DamagedRecord`` (CORRUPT_DATA, data ``ns``, ``key``, ``repair``:
+    ``store.errors.damaged_setting``) when its record no longer parses as an object (a record written by the app
+    before this host may lack fields this host writes: it is not damaged for that)."""
     key, raw = row
-    group: dict[str, Any] = loads_stored(raw, f"project group {key}", dict)
+    try:
+        group = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise damaged_setting(GROUPS_NS, key, str(exc), f"project group {key}") from None
+    if not isinstance(group, dict):
+        raise damaged_setting(GROUPS_NS, key, f"a JSON {type(group).__name__}, not an object",
+                              f"project group {key}")
     return group
+
+
+def stored_group(conn: sqlite3.Connection, group_id: str) -> dict[str, Any] | None:
+    """The stored record of ``group_id`` (no legacy projection), None when there is none; ``DamagedRecord`` as
+    :func:`get_group` refuses it (``pi-host doctor`` reads every ``kv(projectGroups)`` row with this)."""
+    found = conn.execute("SELECT key, value_json FROM kv WHERE ns = ? AND key = ?", (GROUPS_NS, group_id)).fetchone()
+    return _group(found) if found is not None else None
+
+
+def stored_instructions(conn: sqlite3.Connection, group_id: str) -> str | None:
+    """The group's instructions, None when unset; ``DamagedRecord`` (CORRUPT_DATA, data ``ns``, ``key``,
+    ``repair`` and ``groupId``) when they are not JSON text."""
+    found = get_value(conn, INSTRUCTIONS_NS, group_id)
+    if found is None or isinstance(found[0], str):
+        return None if found is None else str(found[0])
+    exc = damaged_setting(INSTRUCTIONS_NS, group_id, f"a JSON {type(found[0]).__name__}, not text",
+                          f"instructions of project group {group_id}")
+    exc.data["groupId"] = group_id
+    raise exc
 
 
 def list_groups(conn: sqlite3.Connection) -> Readable[dict[str, Any]]:
@@ -91,10 +121,9 @@ def get_group(conn: sqlite3.Connection, group_id: str) -> dict[str, Any]:
             if group["id"] == group_id:
                 return group
     else:
-        found = conn.execute("SELECT key, value_json FROM kv WHERE ns = ? AND key = ?",
-                             (GROUPS_NS, group_id)).fetchone()
+        found = stored_group(conn, group_id)
         if found is not None:
-            return _group(found)
+            return found
     raise NotFound(f"project group {group_id!r} not found", data={"groupId": group_id})
 
 
@@ -197,10 +226,7 @@ def group_details(conn: sqlite3.Connection, group_id: str) -> dict[str, Any]:
     where = ("projectMemory", str(group["primaryRoot"])) if group.get("legacy") else (MEMORY_NS, group_id)
     found = get_value(conn, *where)
     out["memory"] = memory_view(found[0] if found else None, f"memory of project group {group_id}", kv=where)
-    instructions = None if group.get("legacy") else get_value(conn, INSTRUCTIONS_NS, group_id)
+    instructions = None if group.get("legacy") else stored_instructions(conn, group_id)
     if instructions is not None:
-        if not isinstance(instructions[0], str):
-            raise DamagedRecord(f"instructions of project group {group_id} are a JSON "
-                                f"{type(instructions[0]).__name__}, not text", data={"groupId": group_id})
-        out["instructions"] = instructions[0]
+        out["instructions"] = instructions
     return out

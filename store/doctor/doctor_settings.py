@@ -10,7 +10,8 @@ Check ``settings.damaged`` (repairable): every ``kv`` row read the way the host 
 (:func:`read_as_host`: the store's own readers, no second copy of their rules): a value that
 is not JSON, in any namespace (``app``, ``ui``, ``plugin:<id>``, ...); the app blob or the
 config-sync settings that are not a JSON object; a skill record that is not an object
-(``stored_skill``); a project or group memory ``memory_view`` refuses.
+(``stored_skill``), a project group record that is not an object (``stored_group``) or group
+instructions that are not text (``stored_instructions``); a project or group memory ``memory_view`` refuses.
 
 Repair, per record: its stored bytes, exactly, go to ``quarantine/kv.<ns>.<key>.<ms>``
 (``<ns>`` and ``<key>`` in a file-name-safe form, with a short hash of the original when
@@ -34,7 +35,7 @@ from store.doctor.doctor_report import DoctorReport, Severity
 from store.doctor.doctor_sessions import DataDirPaths
 from store.errors import KV_REPAIR, Conflict, DamagedRecord, StoreError
 from store.fsutil import atomic_write, fsync_dir
-from store.project_groups import GROUPS_NS
+from store.project_groups import GROUPS_NS, INSTRUCTIONS_NS, stored_group, stored_instructions
 from store.project_memory import memory_view
 from store.skills import MEMORY_SCOPES, SKILLS_NS, stored_skill
 
@@ -60,6 +61,10 @@ def read_as_host(conn: sqlite3.Connection, ns: str, key: str) -> None:
         stored_settings(conn)
     elif ns == SKILLS_NS:
         stored_skill(conn, key)
+    elif ns == GROUPS_NS:
+        stored_group(conn, key)
+    elif ns == INSTRUCTIONS_NS:
+        stored_instructions(conn, key)
     elif ns in MEMORY_SCOPES.values():
         found = get_value(conn, ns, key)
         memory_view(found[0] if found is not None else None, f"setting {ns}/{key}", kv=(ns, key))

@@ -155,3 +155,29 @@ async def test_a_skill_record_that_is_json_but_not_an_object_names_its_row_and_r
                 assert err.data_code == "CORRUPT_DATA", stored_as
                 assert (err.data["ns"], err.data["key"], err.data["repair"]) == ("skills", "notes", REPAIR), stored_as
                 assert REPAIR in err.message
+
+
+async def test_a_group_record_not_an_object_and_instructions_not_text_name_their_row_and_repair(
+        tmp_path: Path) -> None:
+    """Before, projectGroups.get of a group record stored as JSON that is not an object was CORRUPT_DATA with no
+    data (and instructions that are not text had only ``data.groupId``): no ns/key for ``pi-host doctor
+    --repair``, and the doctor did not flag either row."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
+            root = tmp_path / "proj"
+            root.mkdir()
+            gid = (await ui.call("projectGroups.save", {"name": "G", "roots": [str(root)]}))["group"]["id"]
+            await ui.call("projectGroups.setInstructions", {"groupId": gid, "instructions": "be brief"})
+            damage(tmp_path, "UPDATE kv SET value_json = '[\"be brief\"]' "
+                   "WHERE ns = 'projectGroupInstructions' AND key = ?", gid)
+            err = await rpc_error(ui.call("projectGroups.get", {"groupId": gid}))
+            assert err.data_code == "CORRUPT_DATA"
+            assert (err.data["ns"], err.data["key"], err.data["repair"]) == ("projectGroupInstructions", gid, REPAIR)
+            assert err.data["groupId"] == gid and REPAIR in err.message
+            for stored_as in ('"G"', '{"na'):
+                damage(tmp_path, "UPDATE kv SET value_json = ? WHERE ns = 'projectGroups' AND key = ?", stored_as, gid)
+                err = await rpc_error(ui.call("projectGroups.get", {"groupId": gid}))
+                assert err.data_code == "CORRUPT_DATA", stored_as
+                got = (err.data["ns"], err.data["key"], err.data["repair"])
+                assert got == ("projectGroups", gid, REPAIR), stored_as
+                assert REPAIR in err.message
