@@ -17,7 +17,9 @@ Repair, per record: its stored bytes, exactly, go to ``quarantine/kv.<ns>.<key>.
 (``<ns>`` and ``<key>`` in a file-name-safe form, with a short hash of the original when
 that had to change it; written whole or not at all, file and directory fsync'd, never over
 another file) and only then is the row deleted, in its own transaction. The host then reads
-the record as unset (the defaults) and a write sets it again.
+the record as unset (the defaults) and a write sets it again. A project group's memory and
+instructions (keyed by its id, read and written only through its record) are never deleted with
+a repaired group record: each is named as ``settings.groupRowKept`` (info) by that repair.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from store.config.config_sync import SETTINGS_KEY as SYNC_SETTINGS_KEY
 from store.config.config_sync import stored_settings
 from store.config.settings import app_blob, get_value
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY
-from store.doctor.doctor_report import DoctorReport, Severity
+from store.doctor.doctor_report import DoctorReport, Finding, Severity
 from store.doctor.doctor_sessions import DataDirPaths
 from store.errors import KV_REPAIR, Conflict, DamagedRecord, StoreError
 from store.fsutil import atomic_write, fsync_dir
-from store.project_groups import GROUPS_NS, INSTRUCTIONS_NS, stored_group, stored_instructions
+from store.project_groups import GROUPS_NS, INSTRUCTIONS_NS, MEMORY_NS, stored_group, stored_instructions
 from store.project_memory import memory_view
 from store.skills import MEMORY_SCOPES, SKILLS_NS, stored_skill
 
@@ -122,9 +124,11 @@ def _damaged(conn: sqlite3.Connection, paths: DataDirPaths, report: DoctorReport
     raw = conn.execute("SELECT CAST(value_json AS BLOB) FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()[0]
     raw = bytes(raw or b"")
     consequence = _CONSEQUENCE.get((ns, key), "a read of it is CORRUPT_DATA until it is written over or repaired")
+    kept = _group_rows(conn, key) if ns == GROUPS_NS else []
     if ns == GROUPS_NS:
-        consequence += (" (repair removes this group's record alone: its memory and instructions rows stay; "
-                        "projectGroups.delete over the wire removes all three)")
+        consequence += (" (repair removes this group's record alone: its memory and instructions rows, keyed by its "
+                        f"id, stay ({', '.join(f'kv {n}/{k}' for n, k in kept) or 'none stored'}) but no group "
+                        "reads them after it; projectGroups.delete over the wire removes all three)")
     finding = report.add("settings.damaged", f"kv {ns}/{key}", f"{why}; {consequence}. Repair sets the stored "
                          f"{len(raw)} byte(s) aside in quarantine/ and deletes the row, so the host reads it as "
                          "unset and a write sets it again", Severity.REPAIRABLE, ns=ns, key=key, bytes=len(raw))
@@ -146,3 +150,25 @@ def _damaged(conn: sqlite3.Connection, paths: DataDirPaths, report: DoctorReport
         conn.execute("ROLLBACK")
         raise
     finding.repaired = deleted == 1
+    if finding.repaired and kept:
+        _report_kept(report, finding, key, kept)
+
+
+def _group_rows(conn: sqlite3.Connection, group_id: str) -> list[tuple[str, str]]:
+    """The ``kv`` rows keyed by ``group_id`` that only its group record reaches (memory, instructions)."""
+    return [(str(r[0]), str(r[1])) for r in conn.execute(
+        "SELECT ns, key FROM kv WHERE ns IN (?, ?) AND key = ? ORDER BY ns", (MEMORY_NS, INSTRUCTIONS_NS, group_id))]
+
+
+def _report_kept(report: DoctorReport, finding: Finding, group_id: str, kept: list[tuple[str, str]]) -> None:
+    """A repaired group record's memory and instructions stay (user data, never deleted by doctor), but
+    ``projectGroups.get`` / ``setMemory`` / ``setInstructions`` read and write them only through that record:
+    each is named (``settings.groupRowKept``, info) so a person can read it and remove it."""
+    finding.data["keptRows"] = [{"ns": n, "key": k} for n, k in kept]
+    finding.detail += f"; kept, reached by no group now: {', '.join(f'kv {n}/{k}' for n, k in kept)}"
+    for ns, key in kept:
+        report.add("settings.groupRowKept", f"kv {ns}/{key}",
+                   f"the {'memory' if ns == MEMORY_NS else 'instructions'} of project group {group_id}, whose "
+                   "damaged record --repair set aside: kept, but no group reads it now (projectGroups.get of the "
+                   f"group is NOT_FOUND); settings.get {{ns: {ns}, key: {key}}} reads it, projectGroups.delete "
+                   f"{{groupId: {group_id}}} removes it", Severity.INFO, ns=ns, key=key, groupId=group_id)

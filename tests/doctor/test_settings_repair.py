@@ -184,3 +184,52 @@ def test_end_to_end_a_damaged_app_blob_is_repaired_by_doctor_and_set_again(tmp_p
     assert cli(data).returncode == EXIT_CLEAN
 
     trio.run(after, defaults)
+
+
+def test_repair_of_a_damaged_group_record_names_the_memory_and_instructions_it_leaves(tmp_path: Path) -> None:
+    """A group's memory and instructions are keyed by its id and reached only through its record: after
+    --repair sets a damaged record aside, projectGroups.get of the group is NOT_FOUND and setMemory /
+    setInstructions refuse, so those rows would sit unreachable by any group, unnamed. Doctor keeps them (user
+    data) and names each (``settings.groupRowKept``, info, and ``keptRows`` of the repaired finding); the wire
+    still reads them (settings.get) and projectGroups.delete removes them."""
+    root = tmp_path / "data"
+    (tmp_path / "proj").mkdir()
+
+    async def before() -> str:
+        async with inprocess_host(root) as host, client_for(host, "ui", kind="ui") as ui:
+            gid = str((await ui.call("projectGroups.save", {"name": "G", "roots": [str(tmp_path / "proj")]}))
+                      ["group"]["id"])
+            await ui.call("projectGroups.setMemory", {"groupId": gid, "memory": "group notes"})
+            await ui.call("projectGroups.setInstructions", {"groupId": gid, "instructions": "be brief"})
+            return gid
+
+    gid = trio.run(before)
+    _stop_damage(root, "projectGroups", gid, '["G"]')
+    data = DataDir(root)
+    rows = {k: v for k, v in _kv(data).items() if k[1] == gid and k[0] != "projectGroups"}
+    assert sorted(rows) == [("projectGroupInstructions", gid), ("projectGroupMemory", gid)]
+
+    found = next(f for f in doctor(data).findings if f.check == "settings.damaged")
+    assert f"kv projectGroupMemory/{gid}" in found.detail and f"kv projectGroupInstructions/{gid}" in found.detail
+    fixed = doctor(data, repair=True)
+    finding = next(f for f in fixed.findings if f.check == "settings.damaged")
+    assert finding.repaired and finding.data["keptRows"] == [{"ns": "projectGroupInstructions", "key": gid},
+                                                              {"ns": "projectGroupMemory", "key": gid}]
+    kept = sorted((f.subject, str(f.severity), f.data["groupId"]) for f in fixed.findings
+                  if f.check == "settings.groupRowKept")
+    assert kept == [(f"kv projectGroupInstructions/{gid}", "info", gid), (f"kv projectGroupMemory/{gid}", "info", gid)]
+    assert {k: v for k, v in _kv(data).items() if k[1] == gid} == rows  # the record alone went, the rest byte-exact
+    assert doctor(data).exit_code == EXIT_CLEAN
+
+    async def after() -> None:
+        async with inprocess_host(root) as host, client_for(host, "ui", kind="ui") as ui:
+            assert (await rpc_error(ui.call("projectGroups.get", {"groupId": gid}))).data_code == "NOT_FOUND"
+            refused = await rpc_error(ui.call("projectGroups.setInstructions", {"groupId": gid, "instructions": "x"}))
+            assert refused.data_code == "NOT_FOUND"
+            got = await ui.call("settings.get", {"ns": "projectGroupInstructions", "key": gid})
+            assert got["value"] == "be brief"
+            assert (await ui.call("projectGroups.delete", {"groupId": gid}))["deleted"] is False
+            assert (await ui.call("settings.get", {"ns": "projectGroupMemory", "key": gid})).get("value") is None
+
+    trio.run(after)
+    assert not [k for k in _kv(data) if k[1] == gid]
