@@ -65,6 +65,7 @@ __all__ = [
     "list_skills",
     "put_skill",
     "stored_skill",
+    "stored_version",
     "validate_skill_name",
 ]
 
@@ -122,12 +123,32 @@ def _version_key(name: str, version: str) -> str:
 def _stored_digest(conn: sqlite3.Connection, name: str, version: str, current: dict[str, Any] | None) -> str | None:
     """The digest ``name@version`` was stored with: its ``kv(skillVersions)`` row, else (a skill stored by an
     older build) the current row when it holds that version."""
-    found = get_value(conn, VERSIONS_NS, _version_key(name, version), lenient=True)
-    if found is not None and isinstance(found[0], dict) and isinstance(found[0].get("sha256"), str):
-        return str(found[0]["sha256"])
+    found = stored_version(conn, _version_key(name, version))
+    if found is not None:
+        return str(found["sha256"])
     if current is not None and current.get("version") == version and isinstance(current.get("sha256"), str):
         return str(current["sha256"])
     return None
+
+
+def stored_version(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
+    """The recorded digest of ``kv(skillVersions, key)`` (``<name>@<version>``), None when none is recorded;
+    ``DamagedRecord`` naming the row (``store.errors.damaged_setting``) when it is not an object with a text
+    ``sha256``: the one source that version may name is then unknown, so a put of it is refused rather than
+    taken (the record is never written over: the first digest stays), until ``pi-host doctor --repair``."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (VERSIONS_NS, key)).fetchone()
+    if row is None:
+        return None
+    try:
+        value = orjson.loads(row[0])
+    except orjson.JSONDecodeError as exc:
+        why = str(exc)
+    else:
+        if isinstance(value, dict) and isinstance(value.get("sha256"), str):
+            return value
+        why = (f"a JSON {type(value).__name__}, not an object" if not isinstance(value, dict)
+               else "an object without a text sha256")
+    raise damaged_setting(VERSIONS_NS, key, why, f"the recorded source digest of skill {key}")
 
 
 def _remember(conn: sqlite3.Connection, skill: dict[str, Any], now_ms: int) -> None:

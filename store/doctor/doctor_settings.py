@@ -10,7 +10,8 @@ Check ``settings.damaged`` (repairable): every ``kv`` row read the way the host 
 (:func:`read_as_host`: the store's own readers, no second copy of their rules): a value that
 is not JSON, in any namespace (``app``, ``ui``, ``plugin:<id>``, ...); the app blob or the
 config-sync settings that are not a JSON object; a skill record that is not an object
-(``stored_skill``), a project group record that is not an object (``stored_group``) or group
+(``stored_skill``) or a skill version's digest record that is not one with a ``sha256``
+(``stored_version``), a project group record that is not an object (``stored_group``) or group
 instructions that are not text (``stored_instructions``); a project or group memory ``memory_view`` refuses.
 
 Repair, per record: its stored bytes, exactly, go to ``quarantine/kv.<ns>.<key>.<ms>``
@@ -39,7 +40,7 @@ from store.errors import KV_REPAIR, Conflict, DamagedRecord, StoreError
 from store.fsutil import atomic_write, fsync_dir
 from store.project_groups import GROUPS_NS, INSTRUCTIONS_NS, MEMORY_NS, stored_group, stored_instructions
 from store.project_memory import memory_view
-from store.skills import MEMORY_SCOPES, SKILLS_NS, stored_skill
+from store.skills import MEMORY_SCOPES, SKILLS_NS, VERSIONS_NS, stored_skill, stored_version
 
 __all__ = ["kv_records", "quarantine_name", "read_as_host"]
 
@@ -63,6 +64,8 @@ def read_as_host(conn: sqlite3.Connection, ns: str, key: str) -> None:
         stored_settings(conn)
     elif ns == SKILLS_NS:
         stored_skill(conn, key)
+    elif ns == VERSIONS_NS:
+        stored_version(conn, key)
     elif ns == GROUPS_NS:
         stored_group(conn, key)
     elif ns == INSTRUCTIONS_NS:

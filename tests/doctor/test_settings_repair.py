@@ -46,6 +46,7 @@ DAMAGE = [
     ("projectMemory", "/w/a b", '{"format": "entries-v1", "entries": [{"x": 1}]}'),  # memory_view refuses it
     ("projectGroupMemory", "g1", "7"),
     ("skills", "release-notes", '["a skill"]'),  # JSON, but a skill record is an object (skills.get refuses it)
+    ("skillVersions", "release-notes@1.0.0", '{"sizeBytes": 812}'),  # a version's digest record has a sha256
     ("projectGroups", "g-1", '"Parser"'),  # JSON, but a group record is an object (projectGroups.get refuses it)
     ("projectGroupInstructions", "g-1", '{"text": "be brief"}'),  # JSON, but instructions are text
     ("ui", "panel", '{"open": tr'),

@@ -17,7 +17,7 @@ import trio
 
 from runtime.client import RpcError
 from store import skills
-from store.errors import Conflict, InvalidInput, LimitExceeded, PayloadTooLarge
+from store.errors import KV_REPAIR, Conflict, DamagedRecord, InvalidInput, LimitExceeded, PayloadTooLarge
 from store.rules import MAX_SKILL_SOURCE_BYTES, MAX_SKILLS
 from tests.dbkit import NOW, tx
 from tests.hostkit import client_for, inprocess_host
@@ -131,6 +131,24 @@ def test_a_skill_stored_before_versions_were_kept_is_held_to_its_source(conn: sq
     put(lambda c: skills.put_skill(c, name="a", version="2", source="two", now_ms=NOW + 2))
     with pytest.raises(Conflict):
         put(lambda c: skills.put_skill(c, name="a", version="1", source="forged", now_ms=NOW + 3))
+
+
+@pytest.mark.parametrize("stored", ['{"sha2', '["ab"]', '{"sizeBytes": 3}'])
+def test_a_damaged_version_digest_refuses_a_put_of_that_version_naming_its_row(conn: sqlite3.Connection,
+                                                                               stored: str) -> None:
+    """Before, a kv(skillVersions) record that no longer read as {sha256: text} was skipped: a put of that
+    name@version with any source was taken, and the damaged record (never written over) left it open for good."""
+    put = tx(conn)
+    put(lambda c: skills.put_skill(c, name="a", version="1", source="one", now_ms=NOW))
+    put(lambda c: skills.put_skill(c, name="a", version="2", source="two", now_ms=NOW + 1))
+    put(lambda c: c.execute("UPDATE kv SET value_json = ? WHERE ns = 'skillVersions' AND key = 'a@1'", (stored,)))
+    before = conn.execute("SELECT * FROM kv ORDER BY ns, key").fetchall()
+    with pytest.raises(DamagedRecord) as info:
+        put(lambda c: skills.put_skill(c, name="a", version="1", source="forged", now_ms=NOW + 2))
+    assert info.value.data == {"ns": "skillVersions", "key": "a@1", "repair": KV_REPAIR}
+    assert conn.execute("SELECT * FROM kv ORDER BY ns, key").fetchall() == before
+    same, changed = put(lambda c: skills.put_skill(c, name="a", version="2", source="two", now_ms=NOW + 3))
+    assert not changed and same["version"] == "2"  # the other versions are not held up
 
 
 async def test_skills_put_of_an_older_version_with_other_source_is_conflict_on_the_wire(tmp_path: Path) -> None:
