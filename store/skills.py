@@ -136,19 +136,30 @@ def stored_version(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
     ``DamagedRecord`` naming the row (``store.errors.damaged_setting``) when it is not an object with a text
     ``sha256``: the one source that version may name is then unknown, so a put of it is refused rather than
     taken (the record is never written over: the first digest stays), until ``pi-host doctor --repair``."""
-    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (VERSIONS_NS, key)).fetchone()
+    found = _stored_object(conn, VERSIONS_NS, key)
+    if found is None:
+        return None
+    value, why = found
+    if value is not None:
+        if isinstance(value.get("sha256"), str):
+            return value
+        why = "an object without a text sha256"
+    raise damaged_setting(VERSIONS_NS, key, why, f"the recorded source digest of skill {key}")
+
+
+def _stored_object(conn: sqlite3.Connection, ns: str, key: str) -> tuple[dict[str, Any] | None, str] | None:
+    """The row ``kv(ns, key)`` read as a JSON object: None when there is no row; else ``(object, "")``, or
+    ``(None, why)`` when it is not JSON or not an object."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()
     if row is None:
         return None
     try:
         value = orjson.loads(row[0])
     except orjson.JSONDecodeError as exc:
-        why = str(exc)
-    else:
-        if isinstance(value, dict) and isinstance(value.get("sha256"), str):
-            return value
-        why = (f"a JSON {type(value).__name__}, not an object" if not isinstance(value, dict)
-               else "an object without a text sha256")
-    raise damaged_setting(VERSIONS_NS, key, why, f"the recorded source digest of skill {key}")
+        return None, str(exc)
+    if isinstance(value, dict):
+        return value, ""
+    return None, f"a JSON {type(value).__name__}, not an object"
 
 
 def _remember(conn: sqlite3.Connection, skill: dict[str, Any], now_ms: int) -> None:
@@ -200,17 +211,12 @@ def stored_skill(conn: sqlite3.Connection, key: str, *, checked: bool = True) ->
     """The record of ``kv(skills, key)`` as :func:`get_skill` reads it (``key`` unchecked: ``pi-host doctor``
     reads every stored row): with ``checked``, a record that is not JSON or not an object is ``DamagedRecord``
     naming the row (``store.errors.damaged_setting``: data ``ns``, ``key``, ``repair``)."""
-    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (SKILLS_NS, key)).fetchone()
-    if row is None:
+    found = _stored_object(conn, SKILLS_NS, key)
+    if found is None:
         return None
-    try:
-        value = orjson.loads(row[0])
-    except orjson.JSONDecodeError as exc:
-        why = str(exc)
-    else:
-        if isinstance(value, dict):
-            return value
-        why = f"a JSON {type(value).__name__}, not an object"
+    value, why = found
+    if value is not None:
+        return value
     if checked:
         raise damaged_setting(SKILLS_NS, key, why, f"skill {key}'s stored record")
     return None
