@@ -12,6 +12,7 @@ import trio
 
 from protocol.models_settings import SettingsGetAllResult, SettingsGetResult
 from protocol.models_skills import MemoriesListResult
+from runtime.client import HostClient
 from tests.hostkit import client_for, inprocess_host
 from tests.integrity.test_damaged_listings import damage
 from tests.turns.turnkit import rpc_error
@@ -94,12 +95,17 @@ async def test_a_damaged_project_memory_is_corrupt_to_read_and_named_by_memories
             assert got["value"]["content"] == "new notes"
 
 
+async def new_group(ui: HostClient, tmp_path: Path) -> str:
+    """A project group over one new folder; its id."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    return str((await ui.call("projectGroups.save", {"name": "G", "roots": [str(root)]}))["group"]["id"])
+
+
 async def test_a_damaged_group_memory_makes_project_groups_get_corrupt_until_set_again(tmp_path: Path) -> None:
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
-            root = tmp_path / "proj"
-            root.mkdir()
-            gid = (await ui.call("projectGroups.save", {"name": "G", "roots": [str(root)]}))["group"]["id"]
+            gid = await new_group(ui, tmp_path)
             await ui.call("projectGroups.setMemory", {"groupId": gid, "memory": "group notes"})
             damage(tmp_path, "UPDATE kv SET value_json = '7' WHERE ns = 'projectGroupMemory' AND key = ?", gid)
             err = await rpc_error(ui.call("projectGroups.get", {"groupId": gid}))
@@ -164,9 +170,7 @@ async def test_a_group_record_not_an_object_and_instructions_not_text_name_their
     --repair``, and the doctor did not flag either row."""
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host, "ui", kind="ui") as ui:
-            root = tmp_path / "proj"
-            root.mkdir()
-            gid = (await ui.call("projectGroups.save", {"name": "G", "roots": [str(root)]}))["group"]["id"]
+            gid = await new_group(ui, tmp_path)
             await ui.call("projectGroups.setInstructions", {"groupId": gid, "instructions": "be brief"})
             damage(tmp_path, "UPDATE kv SET value_json = '[\"be brief\"]' "
                    "WHERE ns = 'projectGroupInstructions' AND key = ?", gid)
