@@ -145,6 +145,20 @@ class Report:
     damaged: set[str] = field(default_factory=set)
     """Values no write produced (an id the host never issued): bytes changed in place. SQLite keeps no
     checksum, so a host cannot see such damage; only corrupt mode, which causes it, may excuse it."""
+    checked_at: int = 0
+    """History length when the check ran: every op before it (every acknowledgement) preceded the observation."""
+    anchors: dict[str, int] = field(default_factory=dict)
+    """Lost name → history index of the acknowledgement it contradicts (where the checker knows it): the loss
+    happened after that point (corrupt mode excuses it only by a salvage that ran later)."""
+    acked: set[int] = field(default_factory=set)
+    """History indices of every acknowledgement this check covered; those not among ``anchors`` were seen
+    present (an acknowledged effect the observation showed)."""
+
+    def lose(self, name: str, acked: Outcome | None) -> None:
+        """Report ``name`` lost, anchored to ``acked``'s acknowledgement when there is one."""
+        self.lost.add(name)
+        if acked is not None and acked.ack_index is not None:
+            self.anchors[name] = acked.ack_index
 
     @property
     def valid(self) -> bool:
@@ -167,6 +181,8 @@ def check(history: History | Iterable[Op], obs: Observation) -> Report:
     writes = [o for o in found.values() if o.f in WRITE_KINDS]
     report.attempted = len(writes)
     report.acknowledged = sum(1 for o in writes if o.status == "acked")
+    report.checked_at = len(ops)
+    report.acked = {o.ack_index for o in found.values() if o.ack_index is not None}
     if obs.integrity != "ok":
         report.problems.append(f"PRAGMA integrity_check: {obs.integrity}")
     _check_sessions_consistent(obs, report)
@@ -179,6 +195,12 @@ def check(history: History | Iterable[Op], obs: Observation) -> Report:
     _check_collab(found, obs, report)
     _check_approvals(found, obs, report)
     return report
+
+
+def _first_acked(found: dict[tuple[str, str], Outcome], kinds: tuple[str, ...], did: str) -> Outcome | None:
+    """The earliest acknowledged op of ``kinds`` about delivery ``did`` (it existed then)."""
+    acked = [o for (f, _), o in found.items() if f in kinds and o.status == "acked" and o.value.get("did") == did]
+    return min(acked, key=lambda o: o.ack_index or 0, default=None)
 
 
 def _check_lifecycles(found: dict[tuple[str, str], Outcome], obs: Observation, report: Report) -> None:
@@ -353,14 +375,14 @@ def _check_turns(found: dict[tuple[str, str], Outcome], obs: Observation, report
         status = seen[1] if seen else None
         if seen is None:
             if start.status == "acked":
-                report.lost.add(name)
+                report.lose(name, start)
             continue
         if start.status != "acked":
             report.recovered.add(name)
         if end is not None and end.status == "acked":
             want = ((end.result or {}).get("turn") or {}).get("status", end.value["status"])
             if status != want:
-                report.lost.add(f"{name} (status {status}, acknowledged {want})")
+                report.lose(f"{name} (status {status}, acknowledged {want})", end)
             continue
         allowed = {"aborted"} if obs.after_restart else {"running"}
         if end is not None and end.status != "failed":
@@ -391,7 +413,7 @@ def _check_notifications(found: dict[tuple[str, str], Outcome], obs: Observation
         if newer >= NOTIFICATION_CAP - 8:
             continue  # may have been pruned by the newest-200 cap
         if obs.notifications.get(o.key, 0) == 0:
-            report.lost.add(f"notification:{o.key}")
+            report.lose(f"notification:{o.key}", o)
 
 
 # ---------------------------------------------------------------------------- queue
@@ -421,7 +443,7 @@ def _check_queue(found: dict[tuple[str, str], Outcome], obs: Observation, report
             continue
         if push.status == "acked":
             if count == 0 and rm is None:
-                report.lost.add(name)
+                report.lose(name, push)
         elif push.status == "failed":
             if count:
                 report.unexpected.add(f"{name} (its push failed definitely)")
@@ -460,7 +482,8 @@ def _register(name: str, ops: list[Outcome], field_name: str, initial: Any, obse
         allowed.append(initial)
     if not any(observed is a or observed == a for a in allowed):
         shown = "absent" if observed is ABSENT else repr(observed)
-        report.lost.add(f"{name} (observed {shown}, allowed {len(allowed)} values from op {start})")
+        report.lose(f"{name} (observed {shown}, allowed {len(allowed)} values from op {start})",
+                    ops[start] if acked else None)
 
 
 __all__ = ["ABSENT", "Observation", "ObservedMessage", "ObservedSession", "Report", "TOKEN_RE", "check"]
@@ -482,7 +505,7 @@ def _check_collab(found: dict[tuple[str, str], Outcome], obs: Observation, repor
             report.duplicated.add(name)
         if not ids:
             if send.status == "acked":
-                report.lost.add(name)
+                report.lose(name, send)
             continue
         if send.status == "failed":
             report.unexpected.add(f"{name} (its send failed definitely)")
@@ -519,28 +542,29 @@ def _check_collab(found: dict[tuple[str, str], Outcome], obs: Observation, repor
         if d["kind"] == "completion" and d["replyTo"] not in obs.deliveries:
             # a completion is written only when its delivery is settled: that delivery existed, and is gone
             # (a loss; in corrupt mode excused where the salvage skipped rows of the ledger, like any delivery)
-            report.lost.add(f"delivery:{d['replyTo']} (completion {did} answers it)")
+            report.lose(f"delivery:{d['replyTo']} (completion {did} answers it)",
+                        _first_acked(found, ("collab_begin", "collab_settle"), str(d["replyTo"])))
     for begin in _by_kind(found, "collab_begin"):
         did = str(begin.value["did"])
         d = obs.deliveries.get(did)
         if begin.status != "acked" or d is None:
             continue
         if d["turnId"] != begin.value["turnId"] or d["status"] == "queued":
-            report.lost.add(f"delivery:{did} begin in {begin.value['turnId']} (turn {d['turnId']}, "
-                            f"status {d['status']})")
+            report.lose(f"delivery:{did} begin in {begin.value['turnId']} (turn {d['turnId']}, "
+                        f"status {d['status']})", begin)
         if inputs[did] != 1:
-            report.lost.add(f"delivery:{did} input row ({inputs[did]} rows)")
+            report.lose(f"delivery:{did} input row ({inputs[did]} rows)", begin)
     for settle in _by_kind(found, "collab_settle"):
         did = str(settle.value["did"])
         d = obs.deliveries.get(did)
         if settle.status != "acked" or d is None:
             continue
         if d["status"] != "completed":
-            report.lost.add(f"delivery:{did} settlement (status {d['status']})")
+            report.lose(f"delivery:{did} settlement (status {d['status']})", settle)
         wants = settle.value["notify"] and settle.value["kind"] != "completion" and \
             str(settle.value["src"]) in obs.sessions
         if wants and callbacks[did] != 1:
-            report.lost.add(f"delivery:{did} callback")
+            report.lose(f"delivery:{did} callback", settle)
         if not wants and callbacks[did]:
             report.unexpected.add(f"delivery:{did}: a callback nobody asked for")
 
@@ -578,10 +602,10 @@ def _check_approvals(found: dict[tuple[str, str], Outcome], obs: Observation, re
         if answer is not None and answer.status == "acked":
             want = "allowed" if answer.value["option"] == "allow_once" else "denied"
             if status != want:
-                report.lost.add(f"{name}: answer (status {status}, answered {want})")
+                report.lose(f"{name}: answer (status {status}, answered {want})", answer)
     for call_id, ask in asks.items():
         if ask.status == "acked" and call_id not in obs.approvals:
-            report.lost.add(f"approval:{ask.value['sid']}/{call_id}")
+            report.lose(f"approval:{ask.value['sid']}/{call_id}", ask)
 
 
 def _issued_request_id(ask: Outcome, answer: Outcome | None) -> str | None:

@@ -8,12 +8,15 @@ DB-only rows the quarantined file still reads back (``store/indexing/salvage.py`
 
 What the checker may accept (:func:`damaged_tables`, :func:`excused`): a DB-only effect (a queue entry,
 a setting, a turn row, a notification, an approval, a collaboration delivery, a DB-only receipt) may be
-missing only when the boot report names its table in ``salvageSkipped`` (or says the salvage did not
-run: ``salvage.failed`` / ``salvage.notSalvaged``, when the quarantined file no longer opens). Such a
+missing only when a boot report names its table in ``salvageSkipped`` (or says the salvage did not
+run: ``salvage.failed`` / ``salvage.notSalvaged``, when the quarantined file no longer opens), and only
+when that salvage ran after the row's acknowledgement and after the last check that saw the row present
+(:class:`Salvages`: times are history positions; a salvage is placed where the runner first saw its boot,
+no earlier than it ran, as no worker is connected between a restart and the check that follows it). Such a
 loss is counted as ``damaged_lost``, apart from ``lost``; anything the transcripts carry (messages,
-titles, sessions) and any DB-only row whose table the salvage copied whole must still be there. The
-excuse is per table and lasts for the rest of the run (a row the salvage skipped stays gone), so it is
-coarse: a row of such a table lost later for another reason is counted as damage too. A value no write
+titles, sessions), any DB-only row whose table the salvage copied whole and any row acknowledged (or seen)
+after the last such salvage must still be there. A finding the checker cannot tie to an acknowledgement
+(a register never acknowledged) is excused by any such salvage before the check. A value no write
 produced (an approval's request id the host never issued: a byte changed inside a row whose page stays well
 formed) is counted there too: SQLite keeps no checksums, so neither the host nor its salvage can see it.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -98,4 +102,40 @@ def excused(name: str, tables: set[str]) -> bool:
     return False
 
 
-__all__ = ["DB_ONLY", "FILE_RECEIPTS", "damage", "damaged_tables", "excused"]
+@dataclass
+class Salvages:
+    """The salvages a run saw, in history time, and when each acknowledged record was last seen present."""
+
+    runs: list[tuple[int, frozenset[str]]] = field(default_factory=list)
+    """(history position where the runner first saw the boot that salvaged, the tables it could not copy)."""
+    seen_present: dict[int, int] = field(default_factory=dict)
+    """acknowledgement index → history position of the last check that saw its effect present."""
+    boots: set[str] = field(default_factory=set)
+
+    def salvaged(self, at: int, tables: set[str], boot_id: str | None = None) -> None:
+        """A boot report seen at history position ``at`` (once per boot: a later look at it adds nothing)."""
+        if boot_id is not None:
+            if boot_id in self.boots:
+                return
+            self.boots.add(boot_id)
+        if tables:
+            self.runs.append((at, frozenset(tables)))
+
+    def checked(self, at: int, acked: set[int], lost: set[int]) -> None:
+        """A check at ``at`` covered the acknowledgements ``acked``; those not in ``lost`` were present."""
+        for a in acked - lost:
+            if a < at:
+                self.seen_present[a] = max(at, self.seen_present.get(a, -1))
+
+    def excuses(self, name: str, anchor: int | None, at: int) -> bool:
+        """True when a salvage between ``name``'s acknowledgement ``anchor`` (and its last sighting) and
+        the check at ``at`` could not copy the table it lives in."""
+        since = -1 if anchor is None else max(anchor, self.seen_present.get(anchor, -1))
+        return any(since < when <= at and excused(name, set(tables)) for when, tables in self.runs)
+
+    def tables(self) -> set[str]:
+        """Every table some salvage so far could not copy."""
+        return set().union(*(t for _, t in self.runs))
+
+
+__all__ = ["DB_ONLY", "FILE_RECEIPTS", "Salvages", "damage", "damaged_tables", "excused"]

@@ -34,7 +34,8 @@
   every table are sent, and after a bounded wait it is SIGKILLed and restarted as in process mode.
   Then the checker runs: a DB-only effect (queue entry, setting, turn row, notification, approval,
   delivery, DB-only receipt) may be missing only when the boot report's ``salvageSkipped`` names its
-  table (or the salvage could not open the file); such losses are ``damaged_lost``, not ``lost``
+  table (or the salvage could not open the file) and that salvage ran after the effect was acknowledged
+  and after the last check that saw it; such losses are ``damaged_lost``, not ``lost``
   (``scripts/chaos_corrupt.py``). After a rebuild a file-carried receipt may answer its rebuilt
   response (the same session, fields as they are now) and, once the salvage skipped receipts, DB-only
   requests acknowledged before are no longer replayed (their replay may run them again). Damage no read
@@ -80,7 +81,7 @@ import trio.lowlevel
 from runtime.cli_serve import INDEX_KEEPS_FAILING as GAVE_UP
 from runtime.client import ClientClosed, RpcError, open_client
 from scripts.chaos_checker import Report, check
-from scripts.chaos_corrupt import FILE_RECEIPTS, damage, damaged_tables, excused
+from scripts.chaos_corrupt import FILE_RECEIPTS, Salvages, damage, damaged_tables, excused
 from scripts.chaos_fuzz import FuzzReport, Pools, fuzz_host, seed_pools, verify
 from scripts.chaos_fuzz import iter_frames as iter_fuzz_frames
 from scripts.chaos_history import History
@@ -143,8 +144,9 @@ class Totals:
     corrupt: bool = False
     internal: int = 0
     damaged_lost: set[str] = field(default_factory=set)
-    excuse: set[str] = field(default_factory=set)
-    """Corrupt mode: the DB-only tables a salvage so far skipped rows of (their losses are excused)."""
+    salvages: Salvages = field(default_factory=Salvages)
+    """Corrupt mode: the salvages so far that skipped rows, in history time (a loss of a DB-only row is excused
+    by one that ran after its acknowledgement and after a check last saw it)."""
     undetected: int = 0
     """Corrupt mode: checks whose ``integrity_check`` found damage the host had not met (nothing read it)."""
     replays_dropped: int = 0
@@ -167,10 +169,12 @@ class Totals:
         self.checks += 1
         self.acknowledged, self.attempted = report.acknowledged, report.attempted
         for name in report.lost:
-            if name in self.damaged_lost or (self.corrupt and excused(name, self.excuse)):
+            if name in self.damaged_lost or (
+                    self.corrupt and self.salvages.excuses(name, report.anchors.get(name), report.checked_at)):
                 self.damaged_lost.add(name)
             else:
                 self.lost.add(name)
+        self.salvages.checked(report.checked_at, report.acked, set(report.anchors.values()))
         for name in report.damaged:  # bytes changed in place: only the damage corrupt mode writes explains it
             if self.corrupt:
                 self.damaged_lost.add(name)
@@ -187,7 +191,7 @@ class Totals:
 
     def problem(self, text: str) -> None:
         receipt = " ".join(text.split(":", 2)[1].split()[:2]) if text.startswith("receipt replay:") else ""
-        if self.corrupt and (receipt in self.lost_receipts or excused(text, self.excuse)):
+        if self.corrupt and (receipt in self.lost_receipts or excused(text, self.salvages.tables())):
             self.damaged_lost.add(receipt or text)
             if receipt:
                 self.lost_receipts.add(receipt)
@@ -231,7 +235,7 @@ class Runner:
                          f"indexRowsAdded={boot.get('indexRowsAdded')} cleanShutdown={boot.get('cleanShutdown')}")
                 if self.totals.corrupt:
                     damaged = damaged_tables(boot)
-                    self.totals.excuse |= damaged
+                    self.totals.salvages.salvaged(len(self.history.ops), damaged, status.get("bootId"))
                     if "command_receipts" in damaged:
                         self.drop_replays()
                     self.totals.rebuilt |= bool((boot.get("database") or {}).get("rebuilt"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from scripts.chaos_checker import ABSENT, Observation, ObservedMessage, ObservedSession, check
-from scripts.chaos_corrupt import excused
+from scripts.chaos_corrupt import damaged_tables, excused
 from scripts.chaos_history import History, outcomes
 from scripts.chaos_run import Totals
 
@@ -299,12 +299,67 @@ def test_a_completion_whose_delivery_is_gone_is_a_lost_delivery_excused_by_damag
     report = check(h, obs)
     assert report.lost == {"delivery:d1 (completion c1 answers it)"} and not report.problems, report
     corrupt = Totals(corrupt=True)
-    corrupt.excuse = {"session_collaboration_messages"}
+    corrupt.salvages.salvaged(len(h.ops), {"session_collaboration_messages"})
     corrupt.add(report)
     assert corrupt.valid and corrupt.damaged_lost == report.lost
     other = Totals()
     other.add(report)
     assert not other.valid and other.lost == report.lost
+
+
+def _push(h: History, key: str) -> None:
+    _op(h, "queue_push", key, {"sid": SID, "content": key}, result={"entry": {"id": key}})
+
+
+def test_a_salvage_excuses_only_what_was_acknowledged_before_it_ran() -> None:
+    """Corrupt mode excused a lost DB-only row whenever any salvage so far had skipped rows of its table (or
+    had failed to open the quarantined file: every DB-only table), for the rest of the run: after 2 of 6 runs'
+    failed salvages every later DB-only loss was damage. A salvage now excuses only what was acknowledged
+    before it ran; a row acknowledged after the last salvage and missing is lost."""
+    h = History()
+    _push(h, "q1")
+    totals = Totals(corrupt=True)
+    totals.salvages.salvaged(len(h.ops), damaged_tables({"salvage": {"failed": True}}), "boot-2")
+    _push(h, "q2")  # acknowledged after the salvage
+    op = h.invoke("w0", "settings_set", "k#1", {"setting": "k", "value": 1})
+    h.complete(op, "ok", {})
+    report = check(h, Observation({SID: _session([])}, settings={"k": ABSENT}))
+    assert report.lost == {f"queue:{SID}/q1", f"queue:{SID}/q2", "setting:k (observed absent, allowed 1 values "
+                                                                     "from op 0)"}, report
+    totals.add(report)
+    assert totals.damaged_lost == {f"queue:{SID}/q1"}
+    assert totals.lost == {f"queue:{SID}/q2", "setting:k (observed absent, allowed 1 values from op 0)"}
+    assert not totals.valid
+    # the same boot's report seen again later (a second look in the same check) is not a new salvage
+    totals.salvages.salvaged(len(h.ops), damaged_tables({"salvage": {"failed": True}}), "boot-2")
+    again = Totals(corrupt=True, salvages=totals.salvages)
+    again.add(check(h, Observation({SID: _session([])}, settings={"k": 1})))
+    assert again.lost == {f"queue:{SID}/q2"} and again.damaged_lost == {f"queue:{SID}/q1"}
+
+
+def test_a_row_seen_present_after_a_salvage_is_not_excused_by_it_later() -> None:
+    """An acknowledged row a check saw present after a salvage survived that salvage: if it goes missing
+    later, only a later salvage explains it."""
+    h = History()
+    _push(h, "q1")
+    totals = Totals(corrupt=True)
+    totals.salvages.salvaged(len(h.ops), {"turn_queue"}, "boot-2")
+    totals.add(check(h, Observation({SID: _session([], queue_keys=["q1"])})))
+    assert totals.valid and not totals.damaged_lost
+    _push(h, "q2")
+    gone = check(h, Observation({SID: _session([], queue_keys=["q2"])}))
+    assert gone.lost == {f"queue:{SID}/q1"}
+    later = Totals(corrupt=True, salvages=totals.salvages)
+    later.add(gone)
+    assert later.lost == {f"queue:{SID}/q1"} and not later.damaged_lost
+    totals.salvages.salvaged(len(h.ops), {"turn_queue"}, "boot-3")  # a second salvage, after the sighting
+    excused_now = Totals(corrupt=True, salvages=totals.salvages)
+    excused_now.add(gone)
+    assert excused_now.damaged_lost == {f"queue:{SID}/q1"} and excused_now.valid
+    other_table = Totals(corrupt=True)
+    other_table.salvages.salvaged(len(h.ops), {"notifications"}, "boot-4")
+    other_table.add(gone)
+    assert other_table.lost == {f"queue:{SID}/q1"}
 
 
 def test_a_delivery_whose_turn_row_the_damage_took_is_excused_by_the_turns_table() -> None:
