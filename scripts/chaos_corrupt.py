@@ -127,10 +127,13 @@ class Salvages:
             if a < at:
                 self.seen_present[a] = max(at, self.seen_present.get(a, -1))
 
-    def excuses(self, name: str, anchor: int | None, at: int) -> bool:
-        """True when a salvage between ``name``'s acknowledgement ``anchor`` (and its last sighting) and
-        the check at ``at`` could not copy the table it lives in."""
-        since = -1 if anchor is None else max(anchor, self.seen_present.get(anchor, -1))
+    def excuses(self, name: str, anchor: int | None, at: int, *, sightings: bool = True) -> bool:
+        """True when a salvage between ``name``'s acknowledgement ``anchor`` (and, with ``sightings``, the
+        last check that saw its effect: not for a receipt, which no check sees) and the check at ``at``
+        could not copy the table it lives in."""
+        since = -1 if anchor is None else anchor
+        if anchor is not None and sightings:
+            since = max(since, self.seen_present.get(anchor, -1))
         return any(since < when <= at and excused(name, set(tables)) for when, tables in self.runs)
 
     def tables(self) -> set[str]:

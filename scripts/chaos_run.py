@@ -84,7 +84,7 @@ from scripts.chaos_checker import Report, check
 from scripts.chaos_corrupt import FILE_RECEIPTS, Salvages, damage, damaged_tables, excused
 from scripts.chaos_fuzz import FuzzReport, Pools, fuzz_host, seed_pools, verify
 from scripts.chaos_fuzz import iter_frames as iter_fuzz_frames
-from scripts.chaos_history import History
+from scripts.chaos_history import History, outcomes
 from scripts.chaos_observe import ObserveNotes, observe, queue_entry_ids, scan_checkpoints
 from scripts.chaos_powercut import LoopMount
 from scripts.chaos_workload import HostGone, Pending, Worker, WorkloadConfig, make_workers
@@ -189,9 +189,13 @@ class Totals:
                 continue
             self.problems.setdefault(p, self.cycles)
 
-    def problem(self, text: str) -> None:
+    def problem(self, text: str, anchor: int | None = None, at: int | None = None) -> None:
+        """``anchor``/``at``: a receipt's acknowledgement and the history position of its replay (a salvage
+        between them may have skipped it); without ``at`` any salvage so far excuses a DB-only finding."""
         receipt = " ".join(text.split(":", 2)[1].split()[:2]) if text.startswith("receipt replay:") else ""
-        if self.corrupt and (receipt in self.lost_receipts or excused(text, self.salvages.tables())):
+        by_damage = excused(text, self.salvages.tables()) if at is None else \
+            self.salvages.excuses(text, anchor, at, sightings=False)
+        if self.corrupt and (receipt in self.lost_receipts or by_damage):
             self.damaged_lost.add(receipt or text)
             if receipt:
                 self.lost_receipts.add(receipt)
@@ -268,8 +272,11 @@ class Runner:
                     mismatches = await w.replay_receipts(c, self.cfg.receipt_sample, accept)
                     self.totals.replays_unanswered += w.replays_unanswered - unanswered
                     self.totals.receipts_replayed += min(self.cfg.receipt_sample, len(w.acked))
+                    acks = {(o.f, o.key): o.ack_index for o in outcomes(self.history.ops).values()}
+                    anchors = {f"{p.method} {p.key}:": acks.get((p.f, p.key)) for p in w.acked}
                     for m in mismatches:
-                        self.totals.problem(f"receipt replay: {m}")
+                        anchor = next((a for pre, a in anchors.items() if m.startswith(pre)), None)
+                        self.totals.problem(f"receipt replay: {m}", anchor, len(self.history.ops))
             except (HostGone, ClientClosed, OSError) as exc:
                 # an armed crash point fired during the retries: the next cycle starts with a dead host
                 self.log(f"  {w.name}: host died during retries ({type(exc).__name__})")

@@ -362,6 +362,18 @@ def test_a_row_seen_present_after_a_salvage_is_not_excused_by_it_later() -> None
     assert other_table.lost == {f"queue:{SID}/q1"}
 
 
+def test_a_receipt_replay_is_excused_only_by_a_salvage_after_its_acknowledgement() -> None:
+    text = "receipt replay: session.queuePush k1: stored response changed: entry: 'a' -> 'b'"
+    before = Totals(corrupt=True)
+    before.salvages.salvaged(3, {"command_receipts"}, "boot-2")
+    before.problem(text, anchor=5, at=9)
+    assert set(before.problems) == {text} and not before.damaged_lost
+    after = Totals(corrupt=True)
+    after.salvages.salvaged(7, {"command_receipts"}, "boot-2")
+    after.problem(text, anchor=5, at=9)
+    assert after.damaged_lost == {"session.queuePush k1"} and not after.problems
+
+
 def test_a_delivery_whose_turn_row_the_damage_took_is_excused_by_the_turns_table() -> None:
     """The salvage clears a delivery's turn binding when its turn row is gone (ON DELETE SET NULL)."""
     lost = "delivery:col_1 begin in s.w1 (turn None, status completed)"
