@@ -270,6 +270,12 @@ def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dic
     ns_rows = {ns: {k: v for k, (v, _) in namespace_rows(conn, ns, _MAX_ROWS)[0].items()}
                for ns in ("projectMemory", project_groups.GROUPS_NS, project_groups.MEMORY_NS,
                           project_groups.INSTRUCTIONS_NS)}
+    # a group travels with its record: a record that is not an object (damaged) stays home, and so do memory
+    # and instructions rows whose group record is gone (pi-host doctor --repair of a damaged one keeps them,
+    # and names them): apply refuses instructions for a group it does not know, and with them the whole bundle
+    groups = {gid: record for gid, record in ns_rows[project_groups.GROUPS_NS].items() if isinstance(record, dict)}
+    for ns in (project_groups.MEMORY_NS, project_groups.INSTRUCTIONS_NS):
+        ns_rows[ns] = {gid: value for gid, value in ns_rows[ns].items() if gid in groups}
     return {
         "schema": DOC_SCHEMA,
         "exportedAt": now_ms,
@@ -279,7 +285,7 @@ def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dic
         "models": [{k: m[k] for k in ("providerId", "modelId", "displayName", "capabilities", "contextWindow",
                                       "maxOutputTokens") if k in m} for m in user_models],
         "projects": projects,
-        "projectGroups": list(ns_rows[project_groups.GROUPS_NS].values()),
+        "projectGroups": list(groups.values()),
         "projectMemory": ns_rows["projectMemory"],
         "projectGroupMemory": ns_rows[project_groups.MEMORY_NS],
         "projectGroupInstructions": ns_rows[project_groups.INSTRUCTIONS_NS],

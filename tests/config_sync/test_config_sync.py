@@ -13,6 +13,7 @@ from runtime.client import HostClient, RpcError
 from store.config import config_sync as sync
 from store.errors import CorruptData
 from tests.hostkit import client_for, inprocess_host
+from tests.integrity.test_damaged_listings import damage
 from tests.pipeline import probe
 
 KEY = "sk-never-travels-4b1f"
@@ -218,3 +219,37 @@ def test_bundle_files_are_written_whole(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "config-sync").iterdir()] == ["pending.bin"]
     assert (tmp_path / "config-sync" / "pending.bin").read_bytes() == b"two"
     assert (tmp_path / "config-sync" / "pending.bin").stat().st_mode & 0o777 == 0o600
+
+
+async def test_a_group_whose_record_is_gone_or_damaged_stays_home_and_the_bundle_applies(tmp_path: Path) -> None:
+    """``pi-host doctor --repair`` of a damaged group record deletes the record and keeps its memory and
+    instructions rows. Before, the export carried those rows (and a record that is not an object), and the other
+    host's apply refused instructions for a group it did not know: CONFLICT, nothing of the bundle applied."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    roots = {}
+    for name in ("kept", "repaired", "damaged"):
+        roots[name] = tmp_path / name
+        roots[name].mkdir()
+    with trio.fail_after(60):
+        async with inprocess_host(a) as host, client_for(host, kind="ui") as c:
+            await c.call("configSync.configure", {"enabled": True})
+            ids = {}
+            for name, root in roots.items():
+                ids[name] = (await c.call("projectGroups.save", {"name": name, "roots": [str(root)]}))["group"]["id"]
+                await c.call("projectGroups.setMemory", {"groupId": ids[name], "memory": f"{name} memory"})
+                await c.call("projectGroups.setInstructions", {"groupId": ids[name], "instructions": f"{name} rules"})
+            damage(a, "DELETE FROM kv WHERE ns = 'projectGroups' AND key = ?", ids["repaired"])
+            damage(a, "UPDATE kv SET value_json = '[1]' WHERE ns = 'projectGroups' AND key = ?", ids["damaged"])
+            exported = await c.call("configSync.export", {})
+            vault_key = (await c.call("secrets.get", {"ref": "configSync/vaultKey"}))["value"]
+        async with inprocess_host(b) as host, client_for(host, kind="ui") as c:
+            await c.call("configSync.configure", {"vaultKey": vault_key})
+            out = await c.call("configSync.apply", {"bundleBase64": exported["bundleBase64"]})
+            assert out["applied"]["projectGroups"] == 1
+            groups = (await c.call("projectGroups.list", {}))["groups"]
+            assert [g["id"] for g in groups if not g.get("legacy")] == [ids["kept"]]
+            got = await c.call("projectGroups.get", {"groupId": ids["kept"]})
+            assert (got["memory"]["content"], got["instructions"]) == ("kept memory", "kept rules")
+            for name in ("repaired", "damaged"):
+                assert "value" not in await c.call("settings.get", {"ns": "projectGroupInstructions",
+                                                                    "key": ids[name]})
