@@ -45,6 +45,7 @@ from store.errors import (
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, remove_file_durable, write_all
 from store.jsonio import Readable, readable
+from store.rules import not_ended_sql
 from store.safe_open import check_path, open_regular, open_under, path_error, read_bounded
 
 __all__ = [
@@ -354,7 +355,9 @@ _KEYS = ("requestId", "sessionId", "turnId", "toolCallId", "kind", "title", "que
          "artifactPath", "artifactSha256", "artifactSize", "version", "executionId", "executionState",
          "executionTurnId", "_outcome", "executionErrorCode", "executionStartedAt", "executionEndedAt")
 EXECUTION_OUTCOMES = ("completed", "failed", "cancelled")
-EXECUTION_MAY_RUN = "(execution_state IS NOT NULL AND execution_state NOT IN ('completed', 'interrupted'))"
+EXECUTION_ENDED = ("completed", "interrupted")
+"""The ``execution_state`` of an ended execution (``_end`` writes one of them)."""
+EXECUTION_MAY_RUN = f"(execution_state IS NOT NULL AND {not_ended_sql('execution_state', EXECUTION_ENDED)})"
 """SQL: an execution that is queued or running, or may be: its stored state is damaged (outside its set), which
 is no proof it ended. It keeps its session in agent mode, its turn's end and the boot fence end it, and
 ``plans.finishExecution`` accepts it."""

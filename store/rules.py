@@ -168,11 +168,17 @@ TURN_ENDED: Final = ("completed", "aborted", "error")
 """The statuses of an ended turn (``store.turns.TERMINAL``)."""
 
 
+def not_ended_sql(column: str, ended: tuple[str, ...]) -> str:
+    """SQL: ``column`` holds none of the ``ended`` values. What "may be running" means for a record with a
+    status: a status outside its set (a damaged record) is not proof the work ended."""
+    return f"{column} NOT IN ({', '.join(repr(s) for s in ended)})"
+
+
 def turn_may_be_running(column: str = "status") -> str:
     """SQL: a turn "may be running" unless its stored status says it ended. A status outside its set (a damaged
     record) is not proof the turn ended: a second turn beside it, or a queue entry handed out under it, could
     run beside the one it was; the boot fence aborts it, its end settles it."""
-    return f"{column} NOT IN ({', '.join(repr(s) for s in TURN_ENDED)})"
+    return not_ended_sql(column, TURN_ENDED)
 
 
 PLUGIN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -58,7 +58,7 @@ from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteracti
 from store.indexing.group_commit import is_key_conflict
 from store.jsonio import Readable, loads_stored, readable, stored_value
 from store.newest_kept import delete_past_newest
-from store.rules import MAX_PATH_CHARS
+from store.rules import MAX_PATH_CHARS, not_ended_sql
 from store.stamps import after_newest
 
 __all__ = [
@@ -92,7 +92,7 @@ RUN_STATUSES = ("completed", "aborted", "error")
 RUNS_KEPT = 100
 # A run "may be running" unless its stored status says it ended: a status outside its set (a damaged record)
 # is not proof the run ended, and a second run of the task would send its prompt twice.
-MAY_BE_RUNNING = "status NOT IN ('completed', 'aborted', 'error')"
+MAY_BE_RUNNING = not_ended_sql("status", RUN_STATUSES)
 HOUR_MS = 3_600_000
 _PERMISSION_MODES = ("inherit", "ask", "accept-edits", "auto")
 _THINKING = ("off", "minimal", "low", "medium", "high", "xhigh", "max", "omit")
