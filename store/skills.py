@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import orjson
 
-from store.config.settings import delete_value, get_value, set_value
+from store.config.settings import delete_value, get_object, get_value, set_value
 from store.errors import Conflict, DamagedRecord, InvalidInput, LimitExceeded, PayloadTooLarge, damaged_setting
 from store.jsonio import Readable, loads_stored, readable
 from store.project_memory import memory_view
@@ -136,30 +136,11 @@ def stored_version(conn: sqlite3.Connection, key: str) -> dict[str, Any] | None:
     ``DamagedRecord`` naming the row (``store.errors.damaged_setting``) when it is not an object with a text
     ``sha256``: the one source that version may name is then unknown, so a put of it is refused rather than
     taken (the record is never written over: the first digest stays), until ``pi-host doctor --repair``."""
-    found = _stored_object(conn, VERSIONS_NS, key)
-    if found is None:
-        return None
-    value, why = found
-    if value is not None:
-        if isinstance(value.get("sha256"), str):
-            return value
-        why = "an object without a text sha256"
-    raise damaged_setting(VERSIONS_NS, key, why, f"the recorded source digest of skill {key}")
-
-
-def _stored_object(conn: sqlite3.Connection, ns: str, key: str) -> tuple[dict[str, Any] | None, str] | None:
-    """The row ``kv(ns, key)`` read as a JSON object: None when there is no row; else ``(object, "")``, or
-    ``(None, why)`` when it is not JSON or not an object."""
-    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()
-    if row is None:
-        return None
-    try:
-        value = orjson.loads(row[0])
-    except orjson.JSONDecodeError as exc:
-        return None, str(exc)
-    if isinstance(value, dict):
-        return value, ""
-    return None, f"a JSON {type(value).__name__}, not an object"
+    what = f"the recorded source digest of skill {key}"
+    found = get_object(conn, VERSIONS_NS, key, what)
+    if found is not None and not isinstance(found[0].get("sha256"), str):
+        raise damaged_setting(VERSIONS_NS, key, "an object without a text sha256", what)
+    return found[0] if found is not None else None
 
 
 def _remember(conn: sqlite3.Connection, skill: dict[str, Any], now_ms: int) -> None:
@@ -211,15 +192,13 @@ def stored_skill(conn: sqlite3.Connection, key: str, *, checked: bool = True) ->
     """The record of ``kv(skills, key)`` as :func:`get_skill` reads it (``key`` unchecked: ``pi-host doctor``
     reads every stored row): with ``checked``, a record that is not JSON or not an object is ``DamagedRecord``
     naming the row (``store.errors.damaged_setting``: data ``ns``, ``key``, ``repair``)."""
-    found = _stored_object(conn, SKILLS_NS, key)
-    if found is None:
+    try:
+        found = get_object(conn, SKILLS_NS, key, f"skill {key}'s stored record")
+    except DamagedRecord:
+        if checked:
+            raise
         return None
-    value, why = found
-    if value is not None:
-        return value
-    if checked:
-        raise damaged_setting(SKILLS_NS, key, why, f"skill {key}'s stored record")
-    return None
+    return found[0] if found is not None else None
 
 
 def list_skills(conn: sqlite3.Connection) -> Readable[dict[str, Any]]:

@@ -41,7 +41,7 @@ import orjson
 
 from store import project_groups, skills
 from store.config import catalog, providers
-from store.config.settings import app_blob, get_value, namespace_rows, set_value
+from store.config.settings import app_blob, get_object, get_value, namespace_rows, set_value
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app, plan_write
 from store.errors import (
     Conflict,
@@ -51,7 +51,6 @@ from store.errors import (
     NotFound,
     PayloadTooLarge,
     classify_os_error,
-    damaged_setting,
 )
 from store.fsutil import atomic_write, open_nofollow, remove_file_durable
 from store.indexing import index
@@ -105,12 +104,8 @@ def stored_settings(conn: sqlite3.Connection) -> dict[str, Any]:
     """The stored config-sync settings (``{"enabled": false}`` when none); ``DamagedRecord`` (CORRUPT_DATA, data
     ``ns``, ``key`` and ``repair``) when they no longer read as an object: never shown as unset, nor a configure
     merged into that empty view (which would drop the WebDAV address, user and folder it did not send)."""
-    found = get_value(conn, *SETTINGS_KEY)
-    if found is None:
-        return {"enabled": False}
-    if not isinstance(found[0], dict):
-        raise damaged_setting(*SETTINGS_KEY, f"a JSON {type(found[0]).__name__}, not an object")
-    return dict(found[0])
+    found = get_object(conn, *SETTINGS_KEY)
+    return {"enabled": False} if found is None else dict(found[0])
 
 
 def new_vault_key() -> str:

@@ -22,6 +22,7 @@ __all__ = [
     "count_keys",
     "delete_namespace",
     "delete_value",
+    "get_object",
     "get_value",
     "namespace_rows",
     "read_for_write",
@@ -33,11 +34,8 @@ _DAMAGED: Any = object()
 """A stored value that no longer parses, as :func:`read_for_write` hands it to the plan."""
 
 
-def _damaged(ns: str, key: str, why: str) -> DamagedRecord:
-    return damaged_setting(ns, key, why)
-
-
-def get_value(conn: sqlite3.Connection, ns: str, key: str, *, lenient: bool = False) -> tuple[Any, int] | None:
+def get_value(conn: sqlite3.Connection, ns: str, key: str, *, lenient: bool = False,
+              what: str | None = None) -> tuple[Any, int] | None:
     """(value, updated_at) of ``ns``/``key``, or None when unset.
 
     A stored value that no longer parses (the host writes JSON only) is ``DamagedRecord`` (CORRUPT_DATA, data
@@ -45,7 +43,7 @@ def get_value(conn: sqlite3.Connection, ns: str, key: str, *, lenient: bool = Fa
     merges into an empty view of it. ``lenient`` is for the few readers whose own record a damaged value may stand
     in for as ``(None, updated_at)`` (a write of theirs replaces it whole): the saved provider order, the current
     project, a skill's rows, a delivery's carried answer, a group's existence, whether a config-sync configure
-    landed."""
+    landed. ``what`` names the record in the error's message (``store.errors.damaged_setting``)."""
     row = conn.execute("SELECT value_json, updated_at FROM kv WHERE ns = ? AND key = ?", (ns, key)).fetchone()
     if row is None:
         return None
@@ -54,16 +52,23 @@ def get_value(conn: sqlite3.Connection, ns: str, key: str, *, lenient: bool = Fa
     except orjson.JSONDecodeError as exc:
         if lenient:
             return None, int(row[1])
-        raise _damaged(ns, key, str(exc)) from None
+        raise damaged_setting(ns, key, str(exc), what) from None
 
 
 def app_blob(conn: sqlite3.Connection) -> tuple[dict[str, Any], int] | None:
     """The app settings blob ``kv(app, settings)`` and its updated_at, None when unset; ``DamagedRecord`` when
     it no longer parses as an object (the host writes only objects): every app key lives in it, so no app
     setting reads or writes until it is repaired."""
-    found = get_value(conn, APP_NS, APP_SETTINGS_KEY)
+    return get_object(conn, APP_NS, APP_SETTINGS_KEY)
+
+
+def get_object(conn: sqlite3.Connection, ns: str, key: str,
+               what: str | None = None) -> tuple[dict[str, Any], int] | None:
+    """:func:`get_value` of a record the host writes only as a JSON object (the app blob, the config-sync
+    settings, a skill's rows): ``DamagedRecord`` naming it (``what``: in the message) when it is not one."""
+    found = get_value(conn, ns, key, what=what)
     if found is not None and not isinstance(found[0], dict):
-        raise _damaged(APP_NS, APP_SETTINGS_KEY, f"a JSON {type(found[0]).__name__}, not an object")
+        raise damaged_setting(ns, key, f"a JSON {type(found[0]).__name__}, not an object", what)
     return found
 
 
