@@ -19,7 +19,7 @@ import orjson
 import trio
 
 from actors.db_reader import ReadPool
-from runtime.client import ClientClosed, open_client
+from runtime.client import ClientClosed, HostClient, open_client
 from store.indexing.database import open_reader
 from store.jsonio import dumps_line
 from store.transcripts import windows
@@ -39,6 +39,14 @@ def _append_outside(path: Path, messages: list[dict[str, Any]]) -> None:
     with open(path, "ab") as fh:
         for m in messages:
             fh.write(dumps_line(normalize_message(m, now_ms=now)))
+
+
+async def turn_and_metadata(c: HostClient, sid: str) -> None:
+    """Turn t1 with a question and its answer, and thread metadata: a session with optional rows."""
+    await start(c, sid, "t1")
+    await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
+    await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": assistant("a1", "answer")})
+    await c.call("session.updateMetadata", {"sessionId": sid, "tags": ["x"]})
 
 
 async def test_a_first_read_after_sigkill_sees_every_acknowledged_append(tmp_path: Path) -> None:
@@ -138,11 +146,7 @@ async def test_prepare_reads_runs_every_statement_of_a_newest_page_read(tmp_path
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             sid = await new_session(c)
-            await start(c, sid, "t1")
-            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
-            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
-                                                   "message": assistant("a1", "answer")})
-            await c.call("session.updateMetadata", {"sessionId": sid, "tags": ["x"]})
+            await turn_and_metadata(c, sid)
             await host.services.index_log.barrier()
     read = _Recording(open_reader(tmp_path / "pi.sqlite"))
     prepared = _Recording(open_reader(tmp_path / "pi.sqlite"))
@@ -169,11 +173,7 @@ async def test_a_first_read_runs_only_the_statements_of_rows_its_session_has(tmp
             for i in range(3):
                 await c.call("session.appendMessage", {"sessionId": plain, "message": msg(f"p{i}", f"text {i}")})
             busy = await new_session(c)
-            await start(c, busy, "t1")
-            await c.call("session.appendMessage", {"sessionId": busy, "turnId": "t1", "message": msg("u1", "question")})
-            await c.call("session.appendMessage", {"sessionId": busy, "turnId": "t1",
-                                                   "message": assistant("a1", "answer")})
-            await c.call("session.updateMetadata", {"sessionId": busy, "tags": ["x"]})
+            await turn_and_metadata(c, busy)
             await host.services.index_log.barrier()
     conn = _Recording(open_reader(tmp_path / "pi.sqlite"))
     req = windows.WindowRequest(limit=50)
