@@ -57,6 +57,7 @@ from store.indexing.database import (
     prune_quarantined,
     salvage_owed_by_marker,
     sqlite_failure,
+    sweep_quarantine_temps,
     transaction,
 )
 from store.indexing.index import index_mark, index_marks, raise_project_id_floor, session_ids
@@ -410,7 +411,7 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
     report["tempFilesRemoved"] = sum(
         len(sweep_temp_files(d))
         for d in (data_dir.root, data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir, *own_dirs)
-    )
+    ) + len(sweep_quarantine_temps(data_dir.quarantine_dir))  # there only the names written that way: never a copy
     between("the secrets_meta rebuild")
     # 2b. secrets_meta from the secrets/*.sec headers (full rebuild after an index rebuild)
     report["secrets"] = _secrets_meta_step(conn, data_dir,

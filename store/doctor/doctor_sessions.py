@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.fsutil import fsync_dir, is_temp_name, sweep_temp_files
 from store.ids import remapped_message_id
+from store.indexing.database import quarantine_temp_files, sweep_quarantine_temps
 from store.indexing.index import IndexRecord
 from store.indexing.reconcile import ReconcilePlan, TailScan, apply_plan, dedupe, read_header, scan_from
 from store.rules import SESSION_ID_RE
@@ -312,7 +313,10 @@ def check_surroundings(conn: sqlite3.Connection | None, paths: DataDirPaths, rep
             if repair:
                 finding.data["movedTo"] = str(_move_to_quarantine(path, paths.quarantine_dir, now_ms))
                 finding.repaired = True
+    leftovers = quarantine_temp_files(paths.quarantine_dir)
     for name in _names(paths.quarantine_dir):
+        if name in leftovers:
+            continue
         report.add("quarantine.file", f"quarantine/{name}", "kept for inspection (a corrupt database copy, "
                    "a checkpoint boot could not use, or a damaged setting's bytes doctor set aside: kv.*)",
                    Severity.INFO)
@@ -336,3 +340,10 @@ def check_surroundings(conn: sqlite3.Connection | None, paths: DataDirPaths, rep
             if repair:
                 sweep_temp_files(directory)
                 finding.repaired = True
+    if leftovers:  # a killed write into quarantine/ (doctor's own set-aside copy, boot's salvage marker)
+        finding = report.add("temp.files", "quarantine", f"{len(leftovers)} temp file(s) of interrupted writes "
+                             "(every finished copy is kept); repair removes them", Severity.REPAIRABLE,
+                             names=leftovers[:20])
+        if repair:
+            sweep_quarantine_temps(paths.quarantine_dir)
+            finding.repaired = True

@@ -17,7 +17,10 @@ instructions that are not text (``stored_instructions``); a project or group mem
 Repair, per record: its stored bytes, exactly, go to ``quarantine/kv.<ns>.<key>.<ms>``
 (``<ns>`` and ``<key>`` in a file-name-safe form, with a short hash of the original when
 that had to change it; written whole or not at all, file and directory fsync'd, never over
-another file) and only then is the row deleted, in its own transaction. The host then reads
+another file) and only then is the row deleted, in its own transaction. A doctor killed during that write
+leaves its temp file (``<name>.tmp.<hex>``, the row kept): the next doctor names it (``temp.files``) and its
+``--repair``, like the next boot, removes it (``store.indexing.database.QUARANTINE_WRITE_TEMP``, which knows
+this name's form: change both together). The host then reads
 the record as unset (the defaults) and a write sets it again. A project group's memory and
 instructions (keyed by its id, read and written only through its record) are never deleted with
 a repaired group record: each is named as ``settings.groupRowKept`` (info) by that repair.

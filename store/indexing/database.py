@@ -323,6 +323,44 @@ def prune_quarantined(quarantine_dir: Path, db_name: str, *, keep: int = QUARANT
     return sorted(doomed)
 
 
+QUARANTINE_WRITE_TEMP = re.compile(
+    rf"(?:{re.escape(SALVAGE_OWED)}|kv\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[0-9]+(?:-[0-9]+)?)"
+    r"\.tmp\.[0-9a-f]{12}")
+"""The temp file of an interrupted :func:`~store.fsutil.atomic_write` into ``quarantine/``
+(``<name>.tmp.<12 hex>``) of a file published there that way: :data:`SALVAGE_OWED`, or a damaged setting's
+bytes ``pi-host doctor --repair`` sets aside (``kv.<ns>.<key>.<ms>[-<n>]``, every part file-name-safe:
+``store.doctor.doctor_settings.quarantine_name``). Exact on purpose: :func:`~store.fsutil.is_temp_name`
+alone would take a finished copy of key ``tmp`` (``kv.ui.tmp.<ms>``) for a temp file. Such a temp file holds
+nothing the data directory lacks: the write it belonged to was either published (a link or rename of the
+same bytes) or never acknowledged (the setting's row is deleted only once its copy is in place)."""
+
+
+def quarantine_temp_files(quarantine_dir: Path) -> list[str]:
+    """The names of :data:`QUARANTINE_WRITE_TEMP` files in ``quarantine_dir`` (regular files only)."""
+    try:
+        with os.scandir(quarantine_dir) as entries:
+            return sorted(e.name for e in entries
+                          if QUARANTINE_WRITE_TEMP.fullmatch(e.name) and e.is_file(follow_symlinks=False))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise classify_os_error(exc, f"listing {quarantine_dir}") from exc
+
+
+def sweep_quarantine_temps(quarantine_dir: Path) -> list[str]:
+    """Remove the temp files interrupted writes left in ``quarantine/`` (:data:`QUARANTINE_WRITE_TEMP`, never
+    a finished file); their names. Boot runs it before anything writes there, and ``pi-host doctor --repair``."""
+    doomed = quarantine_temp_files(quarantine_dir)
+    try:
+        for name in doomed:
+            (quarantine_dir / name).unlink(missing_ok=True)
+        if doomed:
+            fsync_dir(quarantine_dir)
+    except OSError as exc:
+        raise classify_os_error(exc, f"sweeping {quarantine_dir}") from exc
+    return doomed
+
+
 # --- the writer ---------------------------------------------------------------
 
 
@@ -552,6 +590,8 @@ __all__ = [
     "open_writer",
     "probe_database",
     "quarantine_database",
+    "quarantine_temp_files",
+    "sweep_quarantine_temps",
     "schema_version",
     "set_synchronous",
     "transaction",
