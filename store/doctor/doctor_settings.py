@@ -24,6 +24,10 @@ this name's form: change both together). The host then reads
 the record as unset (the defaults) and a write sets it again. A project group's memory and
 instructions (keyed by its id, read and written only through its record) are never deleted with
 a repaired group record: each is named as ``settings.groupRowKept`` (info) by that repair.
+
+Check ``settings.groupRowOrphaned`` (info): every such memory or instructions row whose group record is missing
+or damaged, on any run (a later one than the repair's too); ``--repair`` keeps it (see
+:func:`_unreached_group_rows`).
 """
 
 from __future__ import annotations
@@ -123,6 +127,7 @@ def kv_records(conn: sqlite3.Connection, paths: DataDirPaths, report: DoctorRepo
             read_as_host(conn, ns, key)
         except DamagedRecord as exc:
             _damaged(conn, paths, report, ns, key, _why(exc), repair=repair, now_ms=now_ms)
+    _unreached_group_rows(conn, report)
 
 
 def _damaged(conn: sqlite3.Connection, paths: DataDirPaths, report: DoctorReport, ns: str, key: str, why: str, *,
@@ -166,6 +171,42 @@ def _group_rows(conn: sqlite3.Connection, group_id: str) -> list[tuple[str, str]
         "SELECT ns, key FROM kv WHERE ns IN (?, ?) AND key = ? ORDER BY ns", (MEMORY_NS, INSTRUCTIONS_NS, group_id))]
 
 
+def _group_row_what(ns: str, group_id: str) -> str:
+    return f"the {'memory' if ns == MEMORY_NS else 'instructions'} of project group {group_id}"
+
+
+def _reach(ns: str, group_id: str) -> str:
+    return (f"settings.get {{ns: {ns}, key: {group_id}}} reads it, projectGroups.delete {{groupId: {group_id}}} "
+            "removes it")
+
+
+def _unreached_group_rows(conn: sqlite3.Connection, report: DoctorReport) -> None:
+    """Check ``settings.groupRowOrphaned`` (info): a group's memory or instructions row whose group record is
+    missing or damaged, so no ``projectGroups.*`` call reads or writes it (a repair of that record earlier, a
+    salvage that did not carry it, a record damaged now). ``--repair`` leaves it: it is the user's text, intact,
+    and the wire still reads it (``settings.get``) and removes it (``projectGroups.delete``); a group record
+    cannot be made up for it (its name and roots are gone). A row this run's repair already named
+    (``settings.groupRowKept``) is not named twice."""
+    named = {(f.data["ns"], f.data["key"]) for f in report.findings if f.check == "settings.groupRowKept"}
+    rows = conn.execute("SELECT ns, key FROM kv WHERE ns IN (?, ?) ORDER BY key, ns", (MEMORY_NS, INSTRUCTIONS_NS))
+    for ns, key in [(str(r[0]), str(r[1])) for r in rows.fetchall()]:
+        if (ns, key) in named:
+            continue
+        try:
+            if stored_group(conn, key) is not None:
+                continue
+            group = "missing"
+        except DamagedRecord:
+            group = "damaged"
+        state = ("there is no record of that group" if group == "missing" else
+                 "that group's record is damaged (settings.damaged)")
+        report.add("settings.groupRowOrphaned", f"kv {ns}/{key}",
+                   f"{_group_row_what(ns, key)}: {state}, so no group reads or writes it (projectGroups.get of "
+                   f"the group is {'NOT_FOUND' if group == 'missing' else 'CORRUPT_DATA'}); kept, repair "
+                   f"leaves it (user text); {_reach(ns, key)}", Severity.INFO, ns=ns, key=key, groupId=key,
+                   group=group)
+
+
 def _report_kept(report: DoctorReport, finding: Finding, group_id: str, kept: list[tuple[str, str]]) -> None:
     """A repaired group record's memory and instructions stay (user data, never deleted by doctor), but
     ``projectGroups.get`` / ``setMemory`` / ``setInstructions`` read and write them only through that record:
@@ -174,7 +215,6 @@ def _report_kept(report: DoctorReport, finding: Finding, group_id: str, kept: li
     finding.detail += f"; kept, reached by no group now: {', '.join(f'kv {n}/{k}' for n, k in kept)}"
     for ns, key in kept:
         report.add("settings.groupRowKept", f"kv {ns}/{key}",
-                   f"the {'memory' if ns == MEMORY_NS else 'instructions'} of project group {group_id}, whose "
-                   "damaged record --repair set aside: kept, but no group reads it now (projectGroups.get of the "
-                   f"group is NOT_FOUND); settings.get {{ns: {ns}, key: {key}}} reads it, projectGroups.delete "
-                   f"{{groupId: {group_id}}} removes it", Severity.INFO, ns=ns, key=key, groupId=group_id)
+                   f"{_group_row_what(ns, group_id)}, whose damaged record --repair set aside: kept, but no group "
+                   f"reads it now (projectGroups.get of the group is NOT_FOUND); {_reach(ns, group_id)}",
+                   Severity.INFO, ns=ns, key=key, groupId=group_id)

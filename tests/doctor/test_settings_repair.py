@@ -234,3 +234,77 @@ def test_repair_of_a_damaged_group_record_names_the_memory_and_instructions_it_l
 
     trio.run(after)
     assert not [k for k in _kv(data) if k[1] == gid]
+
+
+def _orphaned(report: dict[str, object]) -> list[tuple[str, str, str, str]]:
+    findings = report["findings"]
+    assert isinstance(findings, list)
+    return sorted((f["subject"], f["severity"], f["data"]["groupId"], f["data"]["group"]) for f in findings
+                  if f["check"] == "settings.groupRowOrphaned")
+
+
+def test_a_later_doctor_run_names_group_rows_whose_record_is_damaged_or_gone_and_keeps_them(tmp_path: Path) -> None:
+    """After the repair that set a damaged group record aside, its memory and instructions rows sat unreached by
+    any group, and only that repair's report named them: every later ``pi-host doctor`` ran clean and silent.
+    Now each run names such rows (``settings.groupRowOrphaned``, info: exit 0 when nothing else is wrong), whether
+    the record is damaged (before the repair) or gone (after it, or lost otherwise); ``--repair`` keeps them (the
+    user's text, still read by settings.get and removed by projectGroups.delete)."""
+    root = tmp_path / "data"
+    for name in ("p1", "p2"):
+        (tmp_path / name).mkdir()
+
+    async def before() -> tuple[str, str]:
+        async with inprocess_host(root) as host, client_for(host, "ui", kind="ui") as ui:
+            ids = []
+            for name in ("p1", "p2"):
+                saved = await ui.call("projectGroups.save", {"name": name, "roots": [str(tmp_path / name)]})
+                gid = str(saved["group"]["id"])
+                await ui.call("projectGroups.setMemory", {"groupId": gid, "memory": f"{name} notes"})
+                await ui.call("projectGroups.setInstructions", {"groupId": gid, "instructions": f"{name}: brief"})
+                ids.append(gid)
+            return ids[0], ids[1]
+
+    damaged, lost = trio.run(before)
+    _stop_damage(root, "projectGroups", damaged, '["p1"]')
+    conn = sqlite3.connect(root / "pi.sqlite")
+    try:
+        with conn:
+            conn.execute("DELETE FROM kv WHERE ns = 'projectGroups' AND key = ?", (lost,))
+    finally:
+        conn.close()
+    data = DataDir(root)
+    rows = {k: v for k, v in _kv(data).items() if k[0] != "projectGroups"}
+    gone = [(f"kv projectGroupInstructions/{lost}", "info", lost, "missing"),
+            (f"kv projectGroupMemory/{lost}", "info", lost, "missing")]
+
+    checked = cli(data, "--json")
+    assert checked.returncode == EXIT_REPAIRABLE, checked.stderr  # the damaged record, as before
+    assert _orphaned(json.loads(checked.stdout)) == sorted(
+        [(f"kv projectGroupInstructions/{damaged}", "info", damaged, "damaged"),
+         (f"kv projectGroupMemory/{damaged}", "info", damaged, "damaged"), *gone])
+    text = cli(data)
+    assert f"settings.groupRowOrphaned  kv projectGroupMemory/{lost}" in text.stdout
+
+    repaired = json.loads(cli(data, "--repair", "--json").stdout)
+    assert sorted(f["subject"] for f in repaired["findings"] if f["check"] == "settings.groupRowKept") == [
+        f"kv projectGroupInstructions/{damaged}", f"kv projectGroupMemory/{damaged}"]
+    assert _orphaned(repaired) == gone  # the rows this repair named are not named twice
+
+    for args in (("--json",), ("--repair", "--json")):  # any later run, checking or repairing
+        later = cli(data, *args)
+        assert later.returncode == EXIT_CLEAN, later.stdout
+        assert _orphaned(json.loads(later.stdout)) == sorted(
+            [(f"kv projectGroupInstructions/{damaged}", "info", damaged, "missing"),
+             (f"kv projectGroupMemory/{damaged}", "info", damaged, "missing"), *gone])
+        assert {k: v for k, v in _kv(data).items() if k[0] != "projectGroups"} == rows  # kept, byte-exact
+
+    async def after() -> None:
+        async with inprocess_host(root) as host, client_for(host, "ui", kind="ui") as ui:
+            got = await ui.call("settings.get", {"ns": "projectGroupInstructions", "key": lost})
+            assert got["value"] == "p2: brief"
+            for gid in (damaged, lost):
+                await ui.call("projectGroups.delete", {"groupId": gid})
+
+    trio.run(after)
+    cleared = cli(data, "--json")
+    assert cleared.returncode == EXIT_CLEAN and _orphaned(json.loads(cleared.stdout)) == []
