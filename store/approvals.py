@@ -107,14 +107,16 @@ _INTERACTION_COLS = ("request_id, session_id, turn_id, tool_call_id, question, c
                      "allow_free_text, requested_by, status, answer_json, responded_by, created_at, updated_at, "
                      "expires_at, resolved_at")
 _RULE_COLS = "id, scope, session_id, project_id, tool, decision, source_request_id, created_at"
-_PENDING: Final[Mapping[str, str]] = {
-    kind: "(status = 'pending' OR (resolved_at IS NULL AND status NOT IN ({})))".format(
-        ", ".join(f"'{status}'" for status in statuses))
+_DAMAGED_PENDING: Final[Mapping[str, str]] = {
+    kind: "(resolved_at IS NULL AND status NOT IN ({}))".format(", ".join(f"'{status}'" for status in statuses))
     for kind, statuses in (("approval", APPROVAL_STATUSES), ("interaction", INTERACTION_STATUSES))}
-"""SQL: a row still pending: its status says so, or its status is damaged (outside its set; SQLite checks a
-CHECK on writes only) and it has no resolution time, which every transition out of pending sets in the same
-statement. Such a row can be denied, cancelled by its turn's end, expired and interrupted like any pending one
-(the listings and the expiry timer find pending rows by their partial index, ``status = 'pending'``: not it)."""
+"""SQL: a row whose status is damaged (outside its set; SQLite checks a CHECK on writes only) and that has no
+resolution time, which every transition out of pending sets in the same statement: it was never settled. No
+index holds it (the partial ones are ``status = 'pending'``): a query for it scans the table."""
+_PENDING: Final[Mapping[str, str]] = {kind: f"(status = 'pending' OR {_DAMAGED_PENDING[kind]})" for kind in KINDS}
+"""SQL: a row still pending: its status says so, or :data:`_DAMAGED_PENDING`. Such a row can be denied, cancelled
+by its turn's end, expired (:func:`lapsed`) and interrupted like any pending one. ``approvals.pending`` lists
+pending rows by their partial index, ``status = 'pending'``: not it (a scan of the table per listing)."""
 
 
 # ---------------------------------------------------------------------------
@@ -391,10 +393,16 @@ def expire_stale(conn: sqlite3.Connection, kind: Kind, request_id: str, now_ms: 
         (now_ms, request_id, now_ms)).rowcount > 0
 
 
-def next_deadline(conn: sqlite3.Connection) -> int | None:
-    """The earliest ``expires_at`` of a pending request of either kind (None: nothing can expire)."""
+def next_deadline(conn: sqlite3.Connection, *, damaged: bool = False) -> int | None:
+    """The earliest ``expires_at`` of a pending request of either kind (None: nothing can expire), read through
+    the pending rows' partial index; ``damaged``: of a request whose status is damaged too
+    (:data:`_DAMAGED_PENDING`: a scan of both tables, so only on the expiry timer's own wake-ups, never per
+    request)."""
     found = [conn.execute(f"SELECT MIN(expires_at) FROM {table} WHERE status = 'pending'").fetchone()[0]
              for table in _TABLE.values()]
+    if damaged:
+        found += [conn.execute(f"SELECT MIN(expires_at) FROM {_TABLE[kind]} WHERE {_DAMAGED_PENDING[kind]}")
+                  .fetchone()[0] for kind in KINDS]
     deadlines = [int(at) for at in found if at is not None]
     return min(deadlines) if deadlines else None
 
@@ -402,13 +410,14 @@ def next_deadline(conn: sqlite3.Connection) -> int | None:
 def lapsed(conn: sqlite3.Connection, now_ms: int, limit: int,
            session_id: str | None = None) -> list[tuple[Kind, str, str]]:
     """At most ``limit`` pending requests (either kind; of ``session_id`` only, if given) whose deadline
-    passed at ``now_ms``, earliest first: ``(kind, request id, session id)``."""
+    passed at ``now_ms``, earliest first: ``(kind, request id, session id)``. One whose status is damaged is
+    among them (:data:`_PENDING`: without a session, a scan of the table; this runs when a deadline is due)."""
     rows: list[tuple[int, str, Kind, str]] = []
     where = "" if session_id is None else " AND session_id = ?"
     for kind in KINDS:
         args: tuple[Any, ...] = (now_ms,) if session_id is None else (now_ms, session_id)
         rows.extend((at, rid, kind, sid) for at, rid, sid in conn.execute(
-            f"SELECT expires_at, request_id, session_id FROM {_TABLE[kind]} WHERE status = 'pending' "
+            f"SELECT expires_at, request_id, session_id FROM {_TABLE[kind]} WHERE {_PENDING[kind]} "
             f"AND expires_at IS NOT NULL AND expires_at <= ?{where} ORDER BY expires_at, request_id LIMIT ?",
             (*args, limit)))
     return [(kind, rid, sid) for _at, rid, kind, sid in sorted(rows)[:limit]]

@@ -206,3 +206,20 @@ async def test_a_deny_of_a_damaged_approval_whose_line_landed_before_a_crash_is_
             assert rows(tmp_path, "SELECT status, option_id FROM approvals") == [("denied", "deny")]
             retried = ApprovalsRespondResult.model_validate(await ui.call("approvals.respond", params))
             assert (retried.request.status, retried.request.unreadable) == ("denied", ["risk"])
+
+
+async def test_the_expiry_timer_expires_a_request_whose_status_is_damaged_and_the_sidecar_hears_it(
+        tmp_path: Path) -> None:
+    """Its status damaged after the timer read its deadline: the timer's wake-up at that deadline finds it although
+    no index of pending rows holds it. Before, the timer looked for lapsed requests through that index only: it
+    found nothing, and the sidecar waiting on the request never heard (until its turn ended or a restart)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = await session_with_turn(c)
+            await c.subscribe(["approval.resolved"], session_id=sid)
+            now = host.services.now_ms()
+            damaged = (await ask(c, sid, toolCallId="call-1", expiresAt=now + 2000))["request"]["requestId"]
+            damage(tmp_path, "approvals", "status", damaged, "pendinf")
+            heard = ApprovalRequest.model_validate((await next_event(c, "approval.resolved", 30)).data["request"])
+            assert (heard.request_id, heard.status, heard.resolved_at) == (damaged, "expired", now + 2000)
+    assert rows(tmp_path, "SELECT status FROM approvals") == [("expired",)]

@@ -497,3 +497,45 @@ def test_the_late_answer_path_and_the_timer_share_one_transition(tmp_path: Path)
             {"requestId": "plan_1", "sessionId": "s2", "status": "expired"}]
         assert plan_handlers.expire_lapsed(conn, "s2", BASE + 1) == []
         assert _statuses(db) == {"apr_1": "expired", "plan_1": "expired"}
+
+
+def _damage_status(db: LoopDb, table: str, rid: str, status: str) -> None:
+    """A status outside its set (the host never writes one; SQLite checks a CHECK on writes only): the row leaves
+    the partial index of pending rows, and has no resolution time, so it was never settled."""
+    db.conn.execute("PRAGMA ignore_check_constraints = ON")
+    try:
+        db.tx(lambda conn: conn.execute(f"UPDATE {table} SET status = ? WHERE request_id = ?", (status, rid)))
+    finally:
+        db.conn.execute("PRAGMA ignore_check_constraints = OFF")
+
+
+async def test_a_request_whose_status_is_damaged_expires_at_its_deadline_and_is_announced(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Before, the timer read deadlines and lapsed requests through the pending rows' partial index only: a request
+    whose status is damaged was never expired or announced (the sidecar waiting on it heard nothing until its turn
+    ended or the host restarted). Now the timer's wake-ups look for such requests too: one damaged before the timer
+    starts (its first read), one damaged while it sleeps (the read after the previous expiry)."""
+    wall = VirtualWall(BASE)
+    with open_db(tmp_path / "pi.sqlite") as db:
+        _session(db, "s1")
+        _approval(db, "apr_bad", "s1", BASE + 10 * MINUTE)
+        _interaction(db, "ask_bad", "s1", BASE + 20 * MINUTE)
+        _approval(db, "apr_ok", "s1", BASE + 30 * MINUTE)
+        _damage_status(db, "approvals", "apr_bad", "pendinf")
+        async with running(db, wall, ExpiryConfig(max_sleep=HOUR / 1000)) as (actor, bus):
+            assert (await actor.ask(ExpiryStatus()))["nextDeadline"] == BASE + 10 * MINUTE
+            _damage_status(db, "interactions", "ask_bad", "answerd")
+            await wall.sleep_until(BASE + 10 * MINUTE - 1)
+            await trio.testing.wait_all_tasks_blocked()
+            assert announced(bus) == []
+            for at, rid, topic in ((BASE + 10 * MINUTE, "apr_bad", "approval.resolved"),
+                                   (BASE + 20 * MINUTE, "ask_bad", "interaction.resolved"),
+                                   (BASE + 30 * MINUTE, "apr_ok", "approval.resolved")):
+                await wall.sleep_until(at)
+                await trio.testing.wait_all_tasks_blocked()
+                assert _statuses(db)[rid] == "expired" and announced(bus)[-1] == (topic, rid, "expired")
+            assert len(announced(bus)) == 3
+            assert db.conn.execute("SELECT resolved_at FROM approvals WHERE request_id = 'apr_bad'").fetchall() == [
+                (BASE + 10 * MINUTE,)]
+            assert (await actor.ask(ExpiryStatus())) == {"nextDeadline": None, "expired": 3, "failures": 0}
