@@ -174,18 +174,26 @@ async def test_a_host_starts_on_a_damaged_pending_request_and_its_fence_settles_
 
 async def test_the_expiry_timer_expires_a_damaged_request_and_the_others_after_it(tmp_path: Path) -> None:
     """Before, reading the expired row back for its announcement raised inside the timer's transaction: nothing
-    expired, this request nor any other, and the sidecars waiting on them were never told."""
+    expired, this request nor any other, and the sidecars waiting on them were never told. A request whose status
+    is damaged (after the timer read its deadline) is in no index of pending rows: before, the timer looked for
+    lapsed requests through that index only, found nothing, and the sidecar waiting on it never heard (until its
+    turn ended or a restart); now its wake-ups find it (the in-session path of a real host)."""
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
             sid = await session_with_turn(c)
             await c.subscribe(["approval.resolved"], session_id=sid)
             now = host.services.now_ms()
             damaged = (await ask(c, sid, toolCallId="call-1", expiresAt=now + 3000))["request"]["requestId"]
+            unsure = (await ask(c, sid, toolCallId="call-3", expiresAt=now + 3100))["request"]["requestId"]
             intact = (await ask(c, sid, toolCallId="call-2", expiresAt=now + 3200))["request"]["requestId"]
             damage(tmp_path, "approvals", "options_json", damaged)
-            heard = [(await next_event(c, "approval.resolved", 30)).data["request"] for _ in range(2)]
-            assert [(r["requestId"], r["status"]) for r in heard] == [(damaged, "expired"), (intact, "expired")]
-            assert heard[0]["options"] == [] and heard[1]["options"] != []
+            damage(tmp_path, "approvals", "status", unsure, "pendinf")
+            heard = [(await next_event(c, "approval.resolved", 30)).data["request"] for _ in range(3)]
+            assert [(r["requestId"], r["status"], r["resolvedAt"]) for r in heard] == [
+                (damaged, "expired", now + 3000), (unsure, "expired", now + 3100), (intact, "expired", now + 3200)]
+            assert heard[0]["options"] == [] and heard[1]["options"] != [] and heard[2]["options"] != []
+    assert rows(tmp_path, "SELECT request_id, status FROM approvals WHERE request_id = ?", unsure) == [
+        (unsure, "expired")]
 
 
 async def test_a_deny_of_a_damaged_approval_whose_line_landed_before_a_crash_is_applied_at_boot(
@@ -207,19 +215,3 @@ async def test_a_deny_of_a_damaged_approval_whose_line_landed_before_a_crash_is_
             retried = ApprovalsRespondResult.model_validate(await ui.call("approvals.respond", params))
             assert (retried.request.status, retried.request.unreadable) == ("denied", ["risk"])
 
-
-async def test_the_expiry_timer_expires_a_request_whose_status_is_damaged_and_the_sidecar_hears_it(
-        tmp_path: Path) -> None:
-    """Its status damaged after the timer read its deadline: the timer's wake-up at that deadline finds it although
-    no index of pending rows holds it. Before, the timer looked for lapsed requests through that index only: it
-    found nothing, and the sidecar waiting on the request never heard (until its turn ended or a restart)."""
-    with trio.fail_after(60):
-        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
-            sid = await session_with_turn(c)
-            await c.subscribe(["approval.resolved"], session_id=sid)
-            now = host.services.now_ms()
-            damaged = (await ask(c, sid, toolCallId="call-1", expiresAt=now + 2000))["request"]["requestId"]
-            damage(tmp_path, "approvals", "status", damaged, "pendinf")
-            heard = ApprovalRequest.model_validate((await next_event(c, "approval.resolved", 30)).data["request"])
-            assert (heard.request_id, heard.status, heard.resolved_at) == (damaged, "expired", now + 2000)
-    assert rows(tmp_path, "SELECT status FROM approvals") == [("expired",)]

@@ -75,6 +75,16 @@ def db(data: DataDir) -> sqlite3.Connection:
     return conn
 
 
+def put_kv(data: DataDir, ns: str, key: str, value_json: str | bytes) -> None:
+    """``kv(ns, key)`` stored as ``value_json`` exactly (inserted, or written over), as damage leaves it."""
+    conn = db(data)
+    try:
+        conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, ?, 1) ON CONFLICT(ns, key) "
+                     "DO UPDATE SET value_json = excluded.value_json", (ns, key, value_json))
+    finally:
+        conn.close()
+
+
 def checks(report: DoctorReport, severity: str | None = None) -> list[str]:
     return sorted(f.check for f in report.findings if severity is None or str(f.severity) == severity)
 

@@ -21,17 +21,8 @@ from store.doctor.doctor_settings import quarantine_name
 from store.faults import Faults, InjectedFault
 from store.fsutil import TEMP_MARKER, atomic_write, is_temp_name
 from store.indexing.database import QUARANTINE_WRITE_TEMP
-from tests.doctor.doctorkit import db, problems, row
+from tests.doctor.doctorkit import problems, put_kv, row
 from tests.hostkit import inprocess_host
-
-
-def _damage(data: DataDir, ns: str, key: str, stored: str) -> None:
-    conn = db(data)
-    try:
-        conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, ?, 1) ON CONFLICT(ns, key) "
-                     "DO UPDATE SET value_json = excluded.value_json", (ns, key, stored))
-    finally:
-        conn.close()
 
 
 def _crashed_repair(data: DataDir, monkeypatch: pytest.MonkeyPatch, now_ms: int) -> str:
@@ -55,13 +46,13 @@ def _state(data: DataDir) -> dict[str, bytes]:
 
 def test_a_killed_repairs_temp_file_is_named_and_removed_and_finished_copies_stay(
         data: DataDir, monkeypatch: pytest.MonkeyPatch) -> None:
-    _damage(data, "ui", "tmp", '{"open": tr')
+    put_kv(data, "ui", "tmp", '{"open": tr')
     first = run_doctor(data, repair=True, now_ms=1_765_000_000_000)
     finished = quarantine_name("ui", "tmp", 1_765_000_000_000)
     assert [f.data["movedTo"] for f in first.findings if f.repaired and f.check == "settings.damaged"] == [
         str(data.quarantine_dir / finished)]
     assert is_temp_name(finished)  # the generic rule would sweep this finished copy
-    _damage(data, "app", "settings", '{"language": "e')
+    put_kv(data, "app", "settings", '{"language": "e')
     temp = _crashed_repair(data, monkeypatch, 1_765_000_000_500)
     assert temp.startswith(quarantine_name("app", "settings", 1_765_000_000_500) + TEMP_MARKER)
     assert QUARANTINE_WRITE_TEMP.fullmatch(temp) and not QUARANTINE_WRITE_TEMP.fullmatch(finished)
@@ -87,9 +78,9 @@ def test_a_killed_repairs_temp_file_is_named_and_removed_and_finished_copies_sta
 
 def test_boot_removes_a_killed_repairs_temp_file_and_keeps_every_finished_copy(
         data: DataDir, monkeypatch: pytest.MonkeyPatch) -> None:
-    _damage(data, "ui", "tmp", "[")
+    put_kv(data, "ui", "tmp", "[")
     run_doctor(data, repair=True, now_ms=1_765_000_000_000)
-    _damage(data, "plugin:acme", "state", "\x00{")
+    put_kv(data, "plugin:acme", "state", "\x00{")
     temp = _crashed_repair(data, monkeypatch, 1_765_000_000_700)
     before = _state(data)
     assert temp in before

@@ -21,18 +21,9 @@ from store.doctor.doctor import run_doctor
 from store.doctor.doctor_report import EXIT_CLEAN, EXIT_REPAIRABLE
 from store.doctor.doctor_settings import quarantine_name, read_as_host
 from store.errors import KV_REPAIR, IOFailure
-from tests.doctor.doctorkit import cli, db, doctor, problems, row, snapshot
+from tests.doctor.doctorkit import cli, doctor, problems, put_kv, row, snapshot
 from tests.hostkit import client_for, inprocess_host
 from tests.turns.turnkit import rpc_error
-
-
-def _put(data: DataDir, ns: str, key: str, value_json: str | bytes) -> None:
-    conn = db(data)
-    try:
-        conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?, ?, ?, 1) ON CONFLICT(ns, key) "
-                     "DO UPDATE SET value_json = excluded.value_json", (ns, key, value_json))
-    finally:
-        conn.close()
 
 
 def _kv(data: DataDir) -> dict[tuple[str, str], bytes]:
@@ -57,8 +48,8 @@ DAMAGE = [
 @pytest.mark.parametrize(("ns", "key", "stored"), DAMAGE, ids=[f"{n}/{k}:{i}" for i, (n, k, _) in enumerate(DAMAGE)])
 def test_a_damaged_setting_is_found_then_set_aside_and_deleted(data: DataDir, ns: str, key: str,
                                                                stored: str) -> None:
-    _put(data, "ui", "fine", '[1, 2]')  # any JSON is a healthy value of a namespace the host does not own
-    _put(data, ns, key, stored)
+    put_kv(data, "ui", "fine", '[1, 2]')  # any JSON is a healthy value of a namespace the host does not own
+    put_kv(data, ns, key, stored)
     before = snapshot(data.root)
     kept = {k: v for k, v in _kv(data).items() if k != (ns, key)}
 
@@ -94,7 +85,7 @@ def test_quarantine_names_are_safe_distinct_and_never_reused(data: DataDir) -> N
     odd = quarantine_name("plugin:acme", "/w/a b/../x", 5)
     assert "/" not in odd and ".." not in odd and odd.startswith("kv.plugin_acme-")
     assert quarantine_name("ui", "a b", 5) != quarantine_name("ui", "a_b", 5)
-    _put(data, "app", "settings", "{")
+    put_kv(data, "app", "settings", "{")
     data.quarantine_dir.mkdir(exist_ok=True)
     name = quarantine_name("app", "settings", 7)
     (data.quarantine_dir / name).write_bytes(b"an earlier run's")
@@ -107,7 +98,7 @@ def test_quarantine_names_are_safe_distinct_and_never_reused(data: DataDir) -> N
 
 def test_bytes_that_cannot_be_set_aside_keep_their_row(data: DataDir, monkeypatch: pytest.MonkeyPatch) -> None:
     """The row goes only once its bytes are durably in quarantine/: a failed write of them deletes nothing."""
-    _put(data, "app", "settings", "{")
+    put_kv(data, "app", "settings", "{")
 
     def no_room(*_args: object, **_kwargs: object) -> None:
         raise IOFailure("fsync failed")
