@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import weakref
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
@@ -61,6 +62,7 @@ def _serve(argv: list[str], env: dict[str, str], cwd: str, out_path: str, err_pa
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    time.tzset()  # a TZ in env is the host's local timezone, as for an exec'd host
     for fd, path in ((1, out_path), (2, err_path)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(target, fd)
