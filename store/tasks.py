@@ -203,12 +203,16 @@ def next_run_at(cadence: str, config: Mapping[str, Any], now_ms: int, tz: Any = 
     if slot is None:
         return None  # fields no slot comes out of (another version's or a hand-edited row): unarmed
     hour, minute, days = slot
-    now = datetime.fromtimestamp(now_ms / 1000, tz=tz).astimezone(tz)
+    # The host's local time is naive: ``timestamp()`` then applies the offset of each candidate's own day
+    # (a summer-time change before the slot moves it with the local clock). An aware ``astimezone()`` value
+    # would carry today's fixed offset to every later day.
+    now = datetime.fromtimestamp(now_ms / 1000, tz=tz)
     for offset in range(8):
         day = (now + timedelta(days=offset)).replace(hour=hour, minute=minute, second=0, microsecond=0)
+        at = int(day.timestamp() * 1000)
         # weekday numbering 0..6 = Sunday..Saturday (JS getDay, as the desktop app stores it)
-        if (day.isoweekday() % 7) in days and day > now:
-            return int(day.timestamp() * 1000)
+        if (day.isoweekday() % 7) in days and at > now_ms:
+            return at
     return None  # pragma: no cover - 8 days always contain a matching day
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import trio
@@ -137,6 +139,28 @@ def test_next_run_at() -> None:
     assert weekly == int(datetime(2026, 8, 3, 8, 0, tzinfo=utc).timestamp() * 1000)  # next Monday
     legacy = tasks.next_run_at("weekly", {"schedule": {"hour": 8, "minute": 0, "weekday": 0}}, now, utc)
     assert legacy == int(datetime(2026, 8, 2, 8, 0, tzinfo=utc).timestamp() * 1000)  # Sunday
+
+
+def test_next_run_at_in_the_host_zone_follows_each_days_own_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """§4.11 "Daily/weekly schedules use the host local timezone" (``tz=None``, as the host calls it): a slot
+    after a summer-time change is at the schedule's hour on that day's clock. New York leaves EDT (UTC-4) for
+    EST (UTC-5) on 2026-11-01; before the fix the slots carried the EDT offset of "now" and came an hour
+    early."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        ny = ZoneInfo("America/New_York")
+        now = int(datetime(2026, 10, 31, 12, 0, tzinfo=ny).timestamp() * 1000)  # a Saturday, EDT
+        daily = tasks.next_run_at("daily", {"schedule": {"hour": 9, "minute": 0}}, now)
+        assert daily == int(datetime(2026, 11, 1, 14, 0, tzinfo=UTC).timestamp() * 1000)  # 09:00 EST
+        weekly = tasks.next_run_at("weekly", {"schedule": {"hour": 9, "minute": 0}, "weekdays": [3]}, now)
+        assert weekly == int(datetime(2026, 11, 4, 14, 0, tzinfo=UTC).timestamp() * 1000)  # Wednesday, EST
+        back = int(datetime(2027, 3, 13, 12, 0, tzinfo=ny).timestamp() * 1000)  # EST; EDT from 03-14
+        spring = tasks.next_run_at("daily", {"schedule": {"hour": 9, "minute": 0}}, back)
+        assert spring == int(datetime(2027, 3, 14, 13, 0, tzinfo=UTC).timestamp() * 1000)  # 09:00 EDT
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 @pytest.mark.parametrize("config", [
