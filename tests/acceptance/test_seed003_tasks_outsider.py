@@ -16,7 +16,7 @@ import stat
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -660,6 +660,45 @@ async def test_a_schedule_on_the_current_minute_is_next_due_tomorrow_and_a_remov
         finally:
             proc.kill9()
 
+
+
+def _m_rule(day: date) -> str:
+    """The POSIX TZ rule naming ``day`` (Mm.w.d: month, its w-th such weekday, 0 = Sunday)."""
+    return f"M{day.month}.{(day.day - 1) // 7 + 1}.{day.isoweekday() % 7}"
+
+
+async def test_a_daily_slot_past_a_dst_change_is_at_the_local_wall_time_of_its_own_day(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """§4.11: "Daily/weekly schedules use the host local timezone": the slot is the schedule's hour:minute on
+    the local clock of the day it falls on. A host whose zone leaves summer time at the coming local midnight
+    (a POSIX TZ rule: XDT = UTC+1 until tomorrow 00:00, then XST = UTC+0): a daily task on the hour the host's
+    clock shows now is next due tomorrow at that hour of tomorrow's clock, not an hour off (today's offset)."""
+    utc_now = datetime.now(ZoneInfo("UTC"))
+    tomorrow_utc = (utc_now + timedelta(days=1)).date()
+    far = (utc_now + timedelta(days=180)).date()
+    zone = f"XST0XDT-1,{_m_rule(far)},{_m_rule(tomorrow_utc)}/0"
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        data = data_dir(tmp_path)
+        with trio.fail_after(60):
+            proc = start_host_process(data, env={"TZ": zone})
+            try:
+                async with client(proc) as c:
+                    local = time.localtime()
+                    task = await c.call("tasks.create", {"taskId": "dst", "title": "dst", "prompt": "p",
+                                                         "cadence": "daily",
+                                                         "schedule": {"hour": local.tm_hour, "minute": 0}})
+            finally:
+                proc.kill9()
+        following = date(local.tm_year, local.tm_mon, local.tm_mday) + timedelta(days=1)
+        expected = time.mktime((following.year, following.month, following.day, local.tm_hour, 0, 0, 0, 0, -1))
+        got = time.localtime(at_ms(task["nextRunAt"]) / 1000)
+        assert (got.tm_mday, got.tm_hour, got.tm_min) == (following.day, local.tm_hour, 0), (task["nextRunAt"], zone)
+        assert at_ms(task["nextRunAt"]) == int(expected * 1000)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 # ------------------------------------------------------------------ §4.14 what a notification holds
 
