@@ -231,13 +231,16 @@ async def test_a_run_running_at_a_clean_shutdown_is_aborted_at_the_next_boot(tmp
             assert (kept["schedule"], kept["nextRunAt"]) == (task["schedule"], task["nextRunAt"])
 
 
-def _set_next_run_at(data: Path, task_id: str, next_ms: int) -> None:
-    """Offline, with the host down: the task's stored nextRunAt (config_json) moved to ``next_ms``."""
+def _set_next_run_at(data: Path, task_id: str, next_ms: int | None) -> None:
+    """Offline, with the host down: the task's stored nextRunAt (config_json) moved to ``next_ms`` (``None``:
+    removed, as an older build's row)."""
     conn = sqlite3.connect(data / "pi.sqlite")
     try:
         (raw,) = conn.execute("SELECT config_json FROM scheduled_tasks WHERE id = ?", (task_id,)).fetchone()
         config = json.loads(raw)
         config["nextRunAt"] = next_ms
+        if next_ms is None:
+            del config["nextRunAt"]
         conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = ?", (json.dumps(config), task_id))
         conn.commit()
     finally:
@@ -575,7 +578,9 @@ async def test_one_due_batch_fires_the_enabled_task_refuses_the_plan_task_and_sk
     after a restart (their slots passed while the host was down): the enabled Agent task fires once, one
     ``task.due`` event naming its run with Ask and its saved thinking level; the Plan task's refusal is its
     history (an error run with that code, no event, no .pi file) and its slot moves on; the disabled task
-    fires nothing in the same pass."""
+    fires nothing in the same pass. Neither does a task whose row lost its stored slot (an older build's: it is
+    armed at boot for its next slot, "nothing fires at once") nor one without a schedule whose row holds a
+    passed nextRunAt ("Absence of schedule leaves legacy tasks unarmed")."""
     data, ws = data_dir(tmp_path), tmp_path / "ws"
     ws.mkdir()
     daily = {"cadence": "daily", "schedule": {"hour": 6, "minute": 0}, "prompt": "p"}
@@ -589,9 +594,12 @@ async def test_one_due_batch_fires_the_enabled_task_refuses_the_plan_task_and_sk
             assert (now_run["settings"]["permissionMode"], now_run["settings"]["thinkingLevel"]) == (
                 "inherit", "high")
             await c.call("tasks.finishRun", {"runId": "go-now", "status": "completed"})
+            await c.call("tasks.create", {"taskId": "legacy", "title": "legacy", **daily})
+            await c.call("tasks.create", {"taskId": "unarmed", "title": "unarmed", "prompt": "p", "cadence": "hourly"})
         past = int(time.time() * 1000) - 60_000
-        for task_id in ("go", "off", "plan"):
+        for task_id in ("go", "off", "plan", "unarmed"):
             _set_next_run_at(data, task_id, past)
+        _set_next_run_at(data, "legacy", None)
         async with real_host(data, kind="agent") as (_proc, c):
             await c.subscribe(["task.due"], cursor=0)
             event = await c.next_event()
@@ -601,7 +609,10 @@ async def test_one_due_batch_fires_the_enabled_task_refuses_the_plan_task_and_sk
             assert fired["status"] == "running"
             assert (event.topic, event.data["taskId"], event.data["runId"]) == ("task.due", "go", fired["id"])
             assert (event.data["permissionMode"], event.data["thinkingLevel"]) == ("ask", "high")
-            assert (await c.call("tasks.runs", {"taskId": "off"}))["runs"] == []
+            for task_id in ("off", "legacy", "unarmed"):
+                assert (await c.call("tasks.runs", {"taskId": task_id}))["runs"] == [], task_id
+            assert (await c.call("tasks.get", {"taskId": "unarmed"})).get("nextRunAt") is None
+            assert at_ms((await c.call("tasks.get", {"taskId": "legacy"}))["nextRunAt"]) > fired["startedAt"]
             [refused] = (await c.call("tasks.runs", {"taskId": "plan"}))["runs"]
             assert (refused["status"], refused["errorCode"]) == ("error", "PLAN_REQUIRES_INTERACTIVE_SESSION")
             assert at_ms((await c.call("tasks.get", {"taskId": "plan"}))["nextRunAt"]) > past + 60_000
