@@ -578,7 +578,8 @@ async def test_one_due_batch_fires_the_enabled_task_refuses_the_plan_task_and_sk
     after a restart (their slots passed while the host was down): the enabled Agent task fires once, one
     ``task.due`` event naming its run with Ask and its saved thinking level; the Plan task's refusal is its
     history (an error run with that code, no event, no .pi file) and its slot moves on; the disabled task
-    fires nothing in the same pass. Neither does a task whose row lost its stored slot (an older build's: it is
+    fires nothing in the same pass, and enabling it later gives it its next slot (its passed one is not due
+    then). Neither does a task whose row lost its stored slot (an older build's: it is
     armed at boot for its next slot, "nothing fires at once") nor one without a schedule whose row holds a
     passed nextRunAt ("Absence of schedule leaves legacy tasks unarmed")."""
     data, ws = data_dir(tmp_path), tmp_path / "ws"
@@ -612,6 +613,9 @@ async def test_one_due_batch_fires_the_enabled_task_refuses_the_plan_task_and_sk
             for task_id in ("off", "legacy", "unarmed"):
                 assert (await c.call("tasks.runs", {"taskId": task_id}))["runs"] == [], task_id
             assert (await c.call("tasks.get", {"taskId": "unarmed"})).get("nextRunAt") is None
+            before = int(time.time() * 1000)
+            enabled = await c.call("tasks.update", {"taskId": "off", "enabled": True})
+            assert at_ms(enabled["nextRunAt"]) > before, enabled  # its passed slot is not due
             assert at_ms((await c.call("tasks.get", {"taskId": "legacy"}))["nextRunAt"]) > fired["startedAt"]
             [refused] = (await c.call("tasks.runs", {"taskId": "plan"}))["runs"]
             assert (refused["status"], refused["errorCode"]) == ("error", "PLAN_REQUIRES_INTERACTIVE_SESSION")
