@@ -803,3 +803,60 @@ async def test_a_notification_after_a_clock_that_ran_ahead_still_lands_on_top_an
             listed = await all_notifications(c)
             assert [n["turnId"] for n in listed] == ["c1", "ahead", "c0"]
             assert listed[0] == made
+
+
+async def test_inbox_pages_list_every_row_once_while_turns_end_and_rows_are_cleared_between_pages(
+        shared: HostProcess) -> None:
+    """§4.14 "idx_notifications_created ON notifications(created_at DESC)" read page by page (README:
+    newest first, ``nextCursor``): while new notifications arrive and already-read ones are cleared between
+    pages, every notification that was there when the listing began and was not cleared is listed exactly
+    once and in (createdAt, id) descending order; none of the newer ones slips into a later page."""
+    with trio.fail_after(60):
+        async with client(shared, kind="agent", client_id="pages-agent") as c:
+            sid = (await c.call("session.create", {"title": "pages"}))["id"]
+            for i in range(30):
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": f"pg{i:02d}"})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": f"pg{i:02d}", "status": "completed"})
+            seen: list[dict[str, Any]] = []
+            page = await c.call("notifications.list", {"limit": 7})
+            extra = 0
+            while True:
+                seen += page["notifications"]
+                if not page.get("nextCursor"):
+                    break
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": f"late{extra}"})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": f"late{extra}", "status": "error"})
+                await c.call("notifications.clear", {"ids": [page["notifications"][0]["id"]]})
+                extra += 1
+                page = await c.call("notifications.list", {"limit": 7, "cursor": page["nextCursor"]})
+            mine = [n["turnId"] for n in seen if n["sessionId"] == sid]
+            assert not [t for t in mine if t.startswith("late")]
+            assert mine == [f"pg{i:02d}" for i in reversed(range(30))]
+            keys = [(n["createdAt"], n["id"]) for n in seen]
+            assert keys == sorted(keys, reverse=True) and len(set(keys)) == len(keys)
+
+
+async def test_run_now_applies_the_tasks_own_level_permission_and_model_and_clearing_them_restores_defaults(
+        shared: HostProcess) -> None:
+    """§4.11: "Tasks also persist optional thinkingLevel using the existing session values (including off and
+    omit) ... Both manual and automatic runs apply the saved level. Missing or cleared levels retain the legacy
+    off behavior"; "the optional task-owned permissionMode plus paired providerId/modelId values ... Missing
+    model fields retain run-time app-default resolution. Missing permission keeps legacy behavior: ... inherited
+    permission for Run now". A pair cannot be half cleared."""
+    with trio.fail_after(60):
+        async with client(shared, kind="agent", client_id="settings-agent") as c:
+            await c.call("tasks.create", {"taskId": "own", "title": "own", "prompt": "p", "thinkingLevel": "omit",
+                                          "permissionMode": "auto", "providerId": "prov", "modelId": "mod"})
+            run = await c.call("tasks.startRun", {"taskId": "own", "runId": "own-1"})
+            assert {k: run["settings"].get(k) for k in ("thinkingLevel", "permissionMode", "providerId", "modelId")} \
+                == {"thinkingLevel": "omit", "permissionMode": "auto", "providerId": "prov", "modelId": "mod"}
+            await c.call("tasks.finishRun", {"runId": "own-1", "status": "completed"})
+            for half in ({"modelId": None}, {"providerId": None}):
+                assert await code_of(c, "tasks.update", {"taskId": "own", **half}) == "INVALID_PARAMS", half
+            cleared = await c.call("tasks.update", {"taskId": "own", "thinkingLevel": None, "permissionMode": None,
+                                                    "providerId": None, "modelId": None})
+            assert not {"thinkingLevel", "permissionMode", "providerId", "modelId"} & set(cleared["config"])
+            run = await c.call("tasks.startRun", {"taskId": "own", "runId": "own-2"})
+            assert (run["settings"]["thinkingLevel"], run["settings"]["permissionMode"]) == ("off", "inherit")
+            assert "providerId" not in run["settings"] and "modelId" not in run["settings"]
+            await c.call("tasks.finishRun", {"runId": "own-2", "status": "completed"})
