@@ -860,3 +860,26 @@ async def test_run_now_applies_the_tasks_own_level_permission_and_model_and_clea
             assert (run["settings"]["thinkingLevel"], run["settings"]["permissionMode"]) == ("off", "inherit")
             assert "providerId" not in run["settings"] and "modelId" not in run["settings"]
             await c.call("tasks.finishRun", {"runId": "own-2", "status": "completed"})
+
+
+async def test_a_keyed_secret_delete_killed_mid_way_is_one_delete_on_retry(tmp_path: Path) -> None:
+    """§4.12 secrets_meta: "Registry of which secrets exist" and the file store as the value's only home: a
+    keyed secrets.delete killed after its file was set aside, before its row commits. The retry with the same
+    key answers deleted (what the first try would have), the registry and the store agree the secret is gone,
+    the other secret is untouched, and setting the ref again starts it anew."""
+    data = data_dir(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(data) as (_proc, c):
+            await c.call("secrets.set", {"ref": "mcp/gone", "value": "v-gone-1", "ownerKind": "mcp"})
+            await c.call("secrets.set", {"ref": "mcp/kept", "value": "v-kept-1", "ownerKind": "mcp"})
+        delete = {"ref": "mcp/gone", "submissionId": "del-gone"}
+        await call_killed_at(data, "secrets.delete.after_aside", "secrets.delete", delete, client_id="outsider")
+        async with real_host(data) as (_proc, c):
+            assert await c.call("secrets.delete", delete) == {"ref": "mcp/gone", "deleted": True}
+            assert await c.call("secrets.delete", delete) == {"ref": "mcp/gone", "deleted": True}
+            assert [s["ref"] for s in (await c.call("secrets.list", {}))["secrets"]] == ["mcp/kept"]
+            assert await code_of(c, "secrets.get", {"ref": "mcp/gone"}) == "NOT_FOUND"
+            assert (await c.call("secrets.get", {"ref": "mcp/kept"}))["value"] == "v-kept-1"
+            await c.call("secrets.set", {"ref": "mcp/gone", "value": "v-gone-2"})
+            assert (await c.call("secrets.get", {"ref": "mcp/gone"}))["value"] == "v-gone-2"
+    assert not [p for p in (data / "secrets").iterdir() if "deleting" in p.name]
