@@ -20,7 +20,7 @@ from store.indexing.sql_lists import in_chunks
 from store.interchange import origin_history
 from store.rules import TURN_INDEX_LOST, canonical_project_path
 from store.session_state import with_projection
-from store.transcripts.records import blocks_of, extract_text, rfc3339_to_ms, searchable, tool_info
+from store.transcripts.records import blocks_of, extract_text, rfc3339_ms, rfc3339_to_ms, searchable, tool_info
 from store.transcripts.window_reply import describe_line
 from store.upgrade.schema import MAX_SEQ, message_mid
 
@@ -580,8 +580,8 @@ def index_messages(
     ``store.indexing.appends.index_written``).
 
     A line whose id the session already holds replaces that row's content and
-    span in place (same seq, same turn). New ids get the next seq from
-    ``last_seq`` (O(1), RETURNING). Receipts carried in ``meta.receipt`` are
+    span in place (same seq, same turn). New ids get the next seqs after
+    ``last_seq`` (read once, written once per call). Receipts carried in ``meta.receipt`` are
     recorded in the same transaction. Returns one MessageRef per item.
     ``audit_effects=False`` records Write/Edit artifacts without ``tool_execute``
     audit rows (imported history: this host executed nothing).
@@ -593,12 +593,18 @@ def index_messages(
     existing = lookup_ids(conn, (it.record["id"] for it in items))
     # new rows go in together, before any row is read; with ``pending``, when its owner flushes them
     rows = pending if pending is not None else PendingRows()
+    # the session's ``last_seq``: read at its first new id, counted here, written back once after the loop
+    # (one statement for the op, not one per message); ``ordinal`` makes each new row's ``mid``
+    counted: tuple[int, int] | None = None  # (last_seq as read, ordinal)
+    seq_now = 0
+    turns: dict[str, str | None] = {}  # turnId -> the row's turn (the turns table does not change in here)
     for item in items:
         rec = item.record
         mid = rec["id"]
         text = extract_text(rec)
         tool_name, is_error = tool_info(rec)
-        created = rfc3339_to_ms(rec.get("createdAt"), now_ms)
+        stamped = rfc3339_ms(rec.get("createdAt"))
+        created = now_ms if stamped is None else stamped
         prior = existing.get(mid)
         if prior is not None and prior[0] != session_id:
             # Two sessions appended the same new id at the same moment (both checked
@@ -624,27 +630,34 @@ def index_messages(
             if rec.get("role") == "tool" or old_role == "tool":
                 set_tool_output(conn, mid, rec)
         else:
-            row = conn.execute(
-                "UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq, ordinal",
-                (session_id,),
-            ).fetchone()
-            if row is None:
-                raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
-            seq = int(row[0])
-            if item.seq is not None and item.seq != seq:
-                raise CorruptData(
-                    f"session {session_id}: line {item.offset} was acknowledged as seq {item.seq} but the index "
-                    f"would give it {seq}; the index is behind its transcript",
-                    data={"sessionId": session_id, "seq": item.seq, "indexSeq": seq})
-            _check_seq(session_id, seq)
-            turn = _turn_ref(conn, session_id, rec.get("turnId"))
-            rows.messages.append((message_mid(int(row[1]), seq), mid, session_id, turn, seq, _role_column(rec),
-                                  tool_name, int(is_error), text, created, item.offset, item.length, wire_cut,
-                                  line_crc))
+            if counted is None:
+                counted = _seq_and_ordinal(conn, session_id)
+                seq_now = counted[0]
+            seq_now += 1
+            seq = seq_now
+            if (item.seq is not None and item.seq != seq) or seq > MAX_SEQ:
+                _set_last_seq(conn, session_id, seq)  # the refused row counted, as a statement per row left it
+                if item.seq is not None and item.seq != seq:
+                    raise CorruptData(
+                        f"session {session_id}: line {item.offset} was acknowledged as seq {item.seq} but the "
+                        f"index would give it {seq}; the index is behind its transcript",
+                        data={"sessionId": session_id, "seq": item.seq, "indexSeq": seq})
+                _check_seq(session_id, seq)
+            turn_id = rec.get("turnId")
+            if isinstance(turn_id, str):
+                if turn_id not in turns:
+                    turns[turn_id] = _turn_ref(conn, session_id, turn_id)
+                turn = turns[turn_id]
+            else:
+                turn = None
+            row_mid = message_mid(counted[1], seq)
+            rows.messages.append((row_mid, mid, session_id, turn, seq, _role_column(rec), tool_name, int(is_error),
+                                  text, created, item.offset, item.length, wire_cut, line_crc))
             existing[mid] = (session_id, seq, item.offset, item.length)
             if (output := tool_output_text(rec)) is not None:
-                rows.outputs.append((message_mid(int(row[1]), seq), output))
-        ref = message_ref(session_id, seq, rec, turn)
+                rows.outputs.append((row_mid, output))
+        ref = {"id": mid, "sessionId": session_id, "seq": seq, "turnId": turn, "role": rec.get("role"),
+               "createdAt": 0 if stamped is None else stamped}  # message_ref's, its time parsed once
         if artifacts.may_have_effects(rec):
             # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
             artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
@@ -652,6 +665,8 @@ def index_messages(
         attachments.record_evicted_refs(conn, session_id, mid, rec, now_ms)  # seed 000 §2.3: reads mark them
         store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
+    if counted is not None:
+        _set_last_seq(conn, session_id, seq_now)
     if pending is None:
         rows.flush(conn)
     if touch and items:
@@ -734,6 +749,18 @@ def _session_ordinal(conn: sqlite3.Connection, session_id: str) -> int:
     if row is None or row[0] is None:
         raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
     return int(row[0])
+
+
+def _seq_and_ordinal(conn: sqlite3.Connection, session_id: str) -> tuple[int, int]:
+    """The session's ``(last_seq, ordinal)``: the seq its newest message took and its ``mid`` prefix."""
+    row = conn.execute("SELECT last_seq, ordinal FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
+    return int(row[0]), int(row[1])
+
+
+def _set_last_seq(conn: sqlite3.Connection, session_id: str, seq: int) -> None:
+    conn.execute("UPDATE sessions SET last_seq = ? WHERE id = ?", (seq, session_id))
 
 
 def _check_seq(session_id: str, seq: int) -> None:

@@ -28,13 +28,20 @@ ms_to_rfc3339 = now_rfc3339
 
 
 def rfc3339_to_ms(value: object, default: int) -> int:
+    ms = rfc3339_ms(value)
+    return default if ms is None else ms
+
+
+def rfc3339_ms(value: object) -> int | None:
+    """Unix ms of an RFC 3339 time, None when ``value`` is not one (:func:`rfc3339_to_ms` without its
+    default: a caller needing the time under two defaults parses it once)."""
     if not isinstance(value, str) or not value:
-        return default
+        return None
     try:
         text = value[:-1] + "+00:00" if value.endswith("Z") else value
         dt = datetime.fromisoformat(text)
     except ValueError:
-        return default
+        return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
