@@ -537,14 +537,16 @@ def _turn_ref(conn: sqlite3.Connection, session_id: str, turn_id: Any) -> str | 
     return row[0] if row else None
 
 
-def message_ref(session_id: str, seq: int, record: Mapping[str, Any], turn_id: str | None) -> dict[str, Any]:
+def message_ref(session_id: str, seq: int, record: Mapping[str, Any], turn_id: str | None, *,
+                created_ms: int | None = None) -> dict[str, Any]:
+    """A MessageRef; ``created_ms``: the record's ``createdAt`` as its caller already parsed it (0 if none)."""
     return {
         "id": record["id"],
         "sessionId": session_id,
         "seq": seq,
         "turnId": turn_id,
         "role": record.get("role"),
-        "createdAt": rfc3339_to_ms(record.get("createdAt"), 0),
+        "createdAt": rfc3339_to_ms(record.get("createdAt"), 0) if created_ms is None else created_ms,
     }
 
 
@@ -656,8 +658,7 @@ def index_messages(
             existing[mid] = (session_id, seq, item.offset, item.length)
             if (output := tool_output_text(rec)) is not None:
                 rows.outputs.append((row_mid, output))
-        ref = {"id": mid, "sessionId": session_id, "seq": seq, "turnId": turn, "role": rec.get("role"),
-               "createdAt": 0 if stamped is None else stamped}  # message_ref's, its time parsed once
+        ref = message_ref(session_id, seq, rec, turn, created_ms=0 if stamped is None else stamped)
         if artifacts.may_have_effects(rec):
             # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
             artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
