@@ -70,6 +70,7 @@ from store.interchange.importers.common import (
 from store.interchange.importers.pi import PiConverter, read_header
 from store.interchange.importers.reader import Line, lines_of, parse_object
 from store.jsonio import now_rfc3339
+from store.transcripts.records import rfc3339_to_ms
 
 __all__ = [
     "NATIVE_PREFIX",
@@ -82,6 +83,7 @@ __all__ = [
     "UnsupportedForNativeSession",
     "check_supported",
     "fork_native",
+    "forked_as_asked",
     "get_native",
     "is_native_id",
     "list_native",
@@ -405,6 +407,47 @@ def child_bytes(snap: Snapshot, *, child_id: str, now_ms: int, leaf_id: str | No
         last = eid
         parts.append(orjson.dumps(entry) + b"\n")
     return b"".join(parts)
+
+
+def forked_as_asked(parent: Snapshot, child: Snapshot, *, leaf_id: str | None, title: str | None,
+                    limits: ImportLimits = DEFAULT_LIMITS) -> bool:
+    """Is ``child`` (a file an earlier attempt of the same keyed fork published, then crashed before its
+    receipt) what this fork of ``parent`` asks for: the same parent, branch and title? Rebuilt with
+    :func:`child_bytes` at the child's own time; its appended entries' random ids aside, byte for byte.
+    Without ``leaf_id`` the branch ends where the child's copied parent lines end (pi may have appended to
+    the parent since)."""
+    lines = child.data.split(b"\n")
+    try:
+        header = orjson.loads(lines[0])
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(header, dict) or header.get("parentSession") != os.path.realpath(parent.path) \
+            or not isinstance(header.get("id"), str):
+        return False
+    if leaf_id is None:
+        raw = {rec["id"]: parent.data[line.offset: line.offset + line.length].rstrip(b"\n")
+               for line in native_lines(parent.data, max_line_bytes=limits.max_line_bytes)
+               if line.data is not None and (rec := parse_object(line.data)) is not None
+               and isinstance(rec.get("id"), str)}
+        for line in lines[1:]:
+            rec = parse_object(line) if line else None
+            if rec is None or raw.get(rec.get("id")) != line:
+                break
+            leaf_id = rec["id"]
+    try:
+        expected = child_bytes(parent, child_id=header["id"], now_ms=rfc3339_to_ms(header.get("timestamp"), -1),
+                               leaf_id=leaf_id, title=title, limits=limits).split(b"\n")
+    except StoreError:
+        return False
+    if len(expected) != len(lines):
+        return False
+    for got, want in zip(lines, expected, strict=True):
+        if got != want:
+            a, b = parse_object(got), parse_object(want)
+            if a is None or b is None or {k: v for k, v in a.items() if k not in ("id", "parentId")} != \
+                    {k: v for k, v in b.items() if k not in ("id", "parentId")}:
+                return False
+    return True
 
 
 def _identity(st: os.stat_result) -> tuple[int, int]:

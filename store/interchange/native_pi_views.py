@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from store.compaction import normalize_on_read
-from store.errors import InvalidInput, MessageNotFound, SessionNotFound, StoreError
+from store.errors import IdempotencyConflict, InvalidInput, MessageNotFound, SessionNotFound, StoreError
 from store.interchange.export import ExportOptions, ExportReport, export_records
 from store.interchange.importers.common import DEFAULT_LIMITS, ImportLimits, Refused, local_id
 from store.interchange.importers.reader import parse_object
@@ -41,6 +41,7 @@ from store.interchange.native_pi import (
     Snapshot,
     candidates,
     fork_native,
+    forked_as_asked,
     native_lines,
     project,
     snapshot,
@@ -161,13 +162,21 @@ class NativeCatalog:
              child_uuid: str | None) -> NativeSession:
         """``session.fork`` of a native session: the child (a retry with the same ``child_uuid`` finds it)."""
         parent = self.resolve(native_id)
-        if child_uuid is not None:
-            found = _find_child(parent.parent, child_uuid, self.limits)
-            if found is not None:
-                return found
         leaf = None
         if through_message_id is not None:
             leaf = _entry_of_message(snapshot(parent), native_id, through_message_id, self.limits)
+        if child_uuid is not None:
+            found = _find_child(parent.parent, child_uuid, self.limits)
+            if found is not None:
+                # the child an earlier attempt published before its receipt committed: the answer only to
+                # the same request (the same key for another fork is a conflict, never that child)
+                if not forked_as_asked(snapshot(parent), found.snapshot, leaf_id=leaf, title=title,
+                                       limits=self.limits):
+                    raise IdempotencyConflict(
+                        "this submissionId already forked this session into another child (another message, "
+                        "title or parent): a new fork needs a new submissionId",
+                        data={"sessionId": native_id, "childId": found.id})
+                return found
         result = fork_native(parent, now_ms=now_ms, leaf_id=leaf, title=title, child_uuid=child_uuid,
                              limits=self.limits)
         return result.session
