@@ -28,6 +28,7 @@ from store.errors import Conflict, InvalidInput, LimitExceeded, NotFound, Payloa
 from store.jsonio import Readable, loads_stored, readable
 from store.rules import MAX_PROVIDER_CONFIG_BYTES, MAX_PROVIDERS, is_credential_value
 from store.snapshots import find_secret
+from store.stamps import after_newest
 
 __all__ = [
     "ORDER_KEY",
@@ -245,8 +246,11 @@ def insert_provider(conn: sqlite3.Connection, provider_id: str, fields: Mapping[
         raise Conflict(f"provider {provider_id!r} already exists", data={"providerId": provider_id})
     if _count(conn) >= MAX_PROVIDERS:
         raise LimitExceeded(f"at most {MAX_PROVIDERS} providers", data={"limit": MAX_PROVIDERS})
+    # after every provider so far: the list's fallback order is creation order (seed 003 "Provider display
+    # order"), by (created_at, id); rows made in one millisecond or on a clock stepped back keep it
+    created = after_newest(conn, "SELECT MAX(created_at) FROM providers", (), now_ms)
     cols = ["id", "secret_ref", "owner_plugin_id", "created_at", "updated_at"]
-    vals: list[Any] = [provider_id, secret_ref, owner, now_ms, now_ms]
+    vals: list[Any] = [provider_id, secret_ref, owner, created, created]
     for wire, value in fields.items():
         if value is not None:
             cols.append(PROVIDER_FIELDS[wire])

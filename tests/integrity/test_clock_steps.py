@@ -362,3 +362,29 @@ async def test_a_session_trashed_after_the_clock_went_back_is_listed_first_in_th
         async with host_at(tmp_path, clock) as host, client_for(host) as c:
             listed = (await c.call("sessions.listTrashed", {}))["sessions"]
             assert listed[0]["id"] == sid and listed[0]["deletedAt"] == trashed["deletedAt"]
+
+
+# --------------------------------------------------------------------------- providers
+
+
+@pytest.mark.parametrize("step", BACK_STEPS)
+async def test_a_provider_created_after_the_clock_went_back_keeps_its_place_in_creation_order(
+        tmp_path: Path, step: int) -> None:
+    """Seed 003 "Provider display order": "missing metadata preserves creation order, new IDs follow saved
+    IDs". A provider created after the clock stepped back is still the newest: it lists after the older
+    ones (no saved order; and after the saved ids once there is one), within the run and after a restart on
+    a clock stepped back again."""
+    clock = SetClock(BASE)
+    with trio.fail_after(60):
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            for pid in ("b", "c"):
+                await c.call("providers.create", {"id": pid, "name": pid})
+                clock.ms += MINUTE
+            clock.ms -= step
+            await c.call("providers.create", {"id": "a", "name": "a"})
+            assert [p["id"] for p in (await c.call("providers.list", {}))["providers"]] == ["b", "c", "a"]
+        clock.ms -= step  # and again while the host is down
+        async with host_at(tmp_path, clock) as host, client_for(host) as c:
+            await c.call("providers.reorder", {"providerIds": ["c"]})
+            await c.call("providers.create", {"id": "0", "name": "0"})
+            assert [p["id"] for p in (await c.call("providers.list", {}))["providers"]] == ["c", "b", "a", "0"]
