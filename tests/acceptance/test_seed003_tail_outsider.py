@@ -181,7 +181,8 @@ async def test_a_refused_append_carries_the_permission_denied_prefix_on_the_wire
 async def test_a_delegate_reply_is_never_checkpointed_and_a_kill_promotes_nothing(tmp_path: Path) -> None:
     """§4.7a / §2.1: "Delegate replies are not checkpointed": a checkpoint of a subagent-attributed reply
     (meta.parentToolCallId / meta.agentName) is dropped (reason ``delegate``), no in-flight file appears, and
-    a SIGKILL of the running turn promotes nothing; the parent's own checkpoint beside it still is."""
+    a SIGKILL of the running turn promotes nothing; its final row then lands in the session's own transcript
+    file and index, attribution in the line's meta."""
     root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
@@ -199,6 +200,12 @@ async def test_a_delegate_reply_is_never_checkpointed_and_a_kill_promotes_nothin
             view = await _full(c, sid)
             assert [m["id"] for m in view["messages"]] == ["u1"]
             assert await _hits(c, "ocelot") == []
+            # its final row is stored like any other: the same transcript file, the same index
+            attribution = {"parentToolCallId": "task-1", "agentName": "code-reviewer"}
+            await say(c, sid, "d1", "delegate ocelot words", role="assistant", meta=attribution)
+            assert await _hits(c, "ocelot") == [(sid, "d1")]
+            line = (root / "sessions" / f"{sid}.jsonl").read_bytes().splitlines()[-1]
+            assert {k: json.loads(line)["meta"][k] for k in attribution} == attribution
 
 
 # -------------------------------------------------------------------------- 12. native pi sessions
@@ -279,6 +286,7 @@ async def test_native_reads_never_touch_pis_bytes_or_mtime_nor_copy_the_session_
     pi_root = tmp_path / "pi"
     _native_file(pi_root)
     before = _tree(pi_root)
+    folders = {p: p.stat().st_mtime_ns for p in [pi_root, *pi_root.rglob("*")] if p.is_dir()}
     with trio.fail_after(90):
         async with _native_host(root, pi_root) as (proc, c):
             listed = (await c.call("session.list", {}))["sessions"]
@@ -303,6 +311,7 @@ async def test_native_reads_never_touch_pis_bytes_or_mtime_nor_copy_the_session_
             assert await _hits(c, "pangolin") == []  # never indexed
             proc.kill9()
     assert _tree(pi_root) == before
+    assert {p: p.stat().st_mtime_ns for p in folders} == folders  # nothing made and removed there either
     assert not [p for p in (root / "sessions").iterdir() if "native" in p.name]
     conn = sqlite3.connect(root / "pi.sqlite")
     try:
@@ -513,3 +522,49 @@ async def test_review_snapshots_refuse_outside_paths_and_outlive_a_git_commit(tm
                 [snap["snapshotId"]]
             await c.call("review.restore", {"sessionId": sid, "snapshotId": snap["snapshotId"]})
     assert (workspace / "notes.md").read_bytes() == b"before\n"
+
+
+async def test_a_damaged_saved_order_reads_as_missing_and_the_next_reorder_replaces_it(tmp_path: Path) -> None:
+    """"missing metadata preserves creation order": a saved order that no longer reads as an array of ids
+    (not JSON, an object, stray values and repeats) is read as missing or for the ids it still names, never
+    an error; the next providers.reorder writes a clean one."""
+    root = data_dir(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root) as (proc, c):
+            for pid in ("z", "y", "x"):
+                await c.call("providers.create", {"id": pid, "name": pid})
+            await c.call("providers.reorder", {"providerIds": ["x"]})
+            proc.kill9()
+        for damaged, listed in (("not json", ["z", "y", "x"]), ('{"x": 0}', ["z", "y", "x"]),
+                                ('[1, null, "y", "y", "x"]', ["y", "x", "z"])):
+            conn = sqlite3.connect(root / "pi.sqlite")
+            try:
+                conn.execute("UPDATE kv SET value_json = ? WHERE ns = 'app' AND key = 'providers.order'", (damaged,))
+                conn.commit()
+            finally:
+                conn.close()
+            async with real_host(root) as (proc, c):
+                assert await _order(c) == listed, damaged
+                assert await c.call("providers.reorder", {"providerIds": ["x"]}) == {"providerIds": ["x"]}
+                assert await _order(c) == ["x", "z", "y"]
+                proc.kill9()
+
+
+async def test_a_delete_killed_after_its_log_leaves_no_review_snapshots_behind(tmp_path: Path, workspace: Path) -> None:
+    """§2.0 "The host removes a session's snapshot directory with session.delete": SIGKILL once the delete
+    is logged and before its files are gone; after the restart the session and its review-changes/ folder
+    are both gone, and the other session's snapshot stays."""
+    root = data_dir(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = (await c.call("session.create", {"projectPath": str(workspace)}))["id"]
+            keep = (await c.call("session.create", {"projectPath": str(workspace)}))["id"]
+            for s in (sid, keep):
+                await c.call("review.record", _record(s))
+            proc.kill9()
+        await call_killed_at(root, "session_delete.after_log", "session.delete", {"sessionId": sid},
+                             client_id="outsider", client_kind="agent")
+        async with real_host(root, kind="agent") as (proc, c):
+            assert await code_of(c, "session.get", {"sessionId": sid}) == "SESSION_NOT_FOUND"
+            assert len((await c.call("review.list", {"sessionId": keep}))["snapshots"]) == 1
+    assert os.listdir(root / "review-changes") == [keep]
