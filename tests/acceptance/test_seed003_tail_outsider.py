@@ -155,6 +155,39 @@ async def test_a_final_may_not_change_the_reservations_role_or_turn_and_an_error
             assert again["messages"] == view["messages"]
 
 
+async def test_every_reservation_of_a_steered_turn_is_recovered_in_its_own_position(tmp_path: Path) -> None:
+    """"Recovery promotes the latest checkpoint in that same position", for a turn steered twice: three
+    reservations (the middle one checkpointed further, the last one empty) between two steering rows, then
+    SIGKILL. Each comes back in its position, the middle one with its checkpoint's content, none still
+    streaming; a final sent after the restart replaces each in place."""
+    root = data_dir(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            sid = await _reservation(c)
+            await say(c, sid, "a2", "second provisional", role="assistant", turnId="t1", meta={"status": "streaming"})
+            await say(c, sid, "s2", "steer again", meta={"steering": True})
+            await say(c, sid, "a3", "", role="assistant", turnId="t1", blocks=[], meta={"status": "streaming"})
+            saved = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": msg(
+                "a2", "second provisional, checkpointed", role="assistant", turnId="t1", meta={"status": "streaming"})})
+            assert saved["saved"] is True
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            view = (await _full(c, sid))["messages"]
+            assert [m["id"] for m in view] == ["u1", "a1", "s1", "a2", "s2", "a3"]
+            replies = [m for m in view if m["role"] == "assistant"]
+            assert [[b["text"] for b in m["blocks"]] for m in replies] == [
+                ["provisional"], ["second provisional, checkpointed"], []]
+            assert all(m["meta"]["status"] == "aborted" and m["turnId"] == "t1" for m in replies)
+            for m in replies:
+                final = await say(c, sid, m["id"], f"final {m['id']}", role="assistant", turnId="t1",
+                                  meta={"status": "completed"})
+                assert final["message"]["seq"] == m["seq"]
+            again = (await _full(c, sid))["messages"]
+            assert [(m["id"], m["blocks"][0]["text"]) for m in again] == [
+                ("u1", "ask"), ("a1", "final a1"), ("s1", "steer"), ("a2", "final a2"), ("s2", "steer again"),
+                ("a3", "final a3")]
+
+
 async def test_a_refused_append_carries_the_permission_denied_prefix_on_the_wire(tmp_path: Path) -> None:
     """D597: the outbox drops "a permanently rejected append whose host error carries a PERMISSION_DENIED:
     prefix" by the message text: a plugin's append to a session it does not own is refused with that prefix
@@ -431,6 +464,12 @@ async def test_provider_display_order_rules_through_a_kill(tmp_path: Path) -> No
             rows = {p["id"]: p for p in (await c.call("providers.list", {}))["providers"]}
             await c.call("providers.delete", {"providerId": "yak"})
             assert await code_of(c, "providers.reorder", {"providerIds": ["alpha", "alpha"]}) == "INVALID_PARAMS"
+            # "Host-core owns updates through providers.reorder": not a settings key, not a plugin's to set
+            code, data = await error_of(c, "settings.set", {"ns": "app", "key": "providers.order", "value": ["alpha"]})
+            assert (code, data.get("owner")) == ("INVALID_PARAMS", "providers.reorder")
+            async with open_client(proc.url, proc.token, client_id="plug", client_kind="plugin",
+                                   plugin_id="team") as plugin:
+                assert await code_of(plugin, "providers.reorder", {"providerIds": ["alpha"]}) == "PERMISSION_DENIED"
             assert await _order(c) == ["zeta", "mango", "alpha"]
             proc.kill9()
         reorder = {"providerIds": ["ghost", "alpha", "yak", "mango"], "submissionId": "order-1"}
