@@ -188,6 +188,39 @@ async def test_every_reservation_of_a_steered_turn_is_recovered_in_its_own_posit
                 ("a3", "final a3")]
 
 
+async def test_steering_into_a_delivery_turn_is_exempt_from_the_delivery_content_contract(tmp_path: Path) -> None:
+    """Steering "into a claimed collaboration delivery turn is extra human input: ... is exempt from the
+    delivery content/attachment contract, does not inherit the delivery origin": a steering row longer than
+    any delivery's content (MAX_TEXT_FIELD) and carrying an attachment is kept whole in the delivery's turn,
+    with no provenance of its own, through a SIGKILL; the delivery's input row keeps its provenance."""
+    root = data_dir(tmp_path)
+    blocks = [{"type": "text", "text": "y" * 1_000_001},
+              {"type": "attachment", "kind": "image", "name": "shot.png", "ref": "/tmp/shot.png",
+               "mimeType": "image/png", "size": 3}]
+    with trio.fail_after(90):
+        async with real_host(root, kind="agent") as (proc, c):
+            src = (await c.call("session.create", {"permissionMode": "auto"}))["id"]
+            dst = (await c.call("session.create", {"permissionMode": "ask"}))["id"]
+            did = (await c.call("collab.deliver", {
+                "pluginId": "team", "sourceSessionId": src, "targetSessionId": dst, "kind": "task",
+                "content": "review the parser", "idempotencyKey": "k1"}))["delivery"]["id"]
+            assert await code_of(c, "collab.deliver", {
+                "pluginId": "team", "sourceSessionId": src, "targetSessionId": dst, "kind": "task",
+                "content": "z" * 1_000_001, "idempotencyKey": "k2"}) == "INVALID_PARAMS"  # the delivery's contract
+            await c.call("session.startTurn", {"sessionId": dst, "turnId": "t1"})
+            await c.call("collab.begin", {"sessionId": dst, "deliveryId": did, "turnId": "t1"})
+            await c.call("session.appendMessage", {"sessionId": dst, "message": {
+                "id": "s1", "role": "user", "turnId": "t1", "blocks": blocks, "meta": {"steering": True}}})
+            proc.kill9()
+        async with real_host(root, kind="agent") as (proc, c):
+            rows = (await _full(c, dst))["messages"]
+    assert [m["id"] for m in rows] == [f"collab-{did}", "s1"]
+    assert rows[0]["sessionMessage"]["deliveryId"] == did
+    steer = rows[1]
+    assert steer["blocks"] == blocks and steer["turnId"] == "t1" and steer.get("steering") is True
+    assert steer["meta"] == {"steering": True} and steer.get("sessionMessage") is None
+
+
 async def test_a_refused_append_carries_the_permission_denied_prefix_on_the_wire(tmp_path: Path) -> None:
     """D597: the outbox drops "a permanently rejected append whose host error carries a PERMISSION_DENIED:
     prefix" by the message text: a plugin's append to a session it does not own is refused with that prefix
