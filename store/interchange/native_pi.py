@@ -414,8 +414,9 @@ def forked_as_asked(parent: Snapshot, child: Snapshot, *, leaf_id: str | None, t
     """Is ``child`` (a file an earlier attempt of the same keyed fork published, then crashed before its
     receipt) what this fork of ``parent`` asks for: the same parent, branch and title? Rebuilt with
     :func:`child_bytes` at the child's own time; its appended entries' random ids aside, byte for byte.
-    Without ``leaf_id`` the branch ends where the child's copied parent lines end (pi may have appended to
-    the parent since)."""
+    Without ``leaf_id`` the branch ends where the child's copied parent lines end, which must have been the
+    parent's leaf then: pi may have appended to the parent since, but only entries timestamped after the
+    fork."""
     lines = child.data.split(b"\n")
     try:
         header = orjson.loads(lines[0])
@@ -424,19 +425,26 @@ def forked_as_asked(parent: Snapshot, child: Snapshot, *, leaf_id: str | None, t
     if not isinstance(header, dict) or header.get("parentSession") != os.path.realpath(parent.path) \
             or not isinstance(header.get("id"), str):
         return False
+    forked_at = rfc3339_to_ms(header.get("timestamp"), -1)
     if leaf_id is None:
-        raw = {rec["id"]: parent.data[line.offset: line.offset + line.length].rstrip(b"\n")
-               for line in native_lines(parent.data, max_line_bytes=limits.max_line_bytes)
-               if line.data is not None and (rec := parse_object(line.data)) is not None
-               and isinstance(rec.get("id"), str)}
+        entries = [(rec, parent.data[line.offset: line.offset + line.length].rstrip(b"\n"))
+                   for line in native_lines(parent.data, max_line_bytes=limits.max_line_bytes)
+                   if line.data is not None and (rec := parse_object(line.data)) is not None
+                   and isinstance(rec.get("id"), str)]
+        raw = {rec["id"]: data for rec, data in entries}
         for line in lines[1:]:
             rec = parse_object(line) if line else None
             if rec is None or raw.get(rec.get("id")) != line:
                 break
             leaf_id = rec["id"]
+        # the parent's leaf then: every entry after it in the file came after the fork
+        after = [rec for rec, _ in entries[next((i + 1 for i, (rec, _) in enumerate(entries)
+                                                 if rec["id"] == leaf_id), len(entries)):]]
+        if leaf_id is None or any(rfc3339_to_ms(rec.get("timestamp"), -1) < forked_at for rec in after):
+            return False
     try:
-        expected = child_bytes(parent, child_id=header["id"], now_ms=rfc3339_to_ms(header.get("timestamp"), -1),
-                               leaf_id=leaf_id, title=title, limits=limits).split(b"\n")
+        expected = child_bytes(parent, child_id=header["id"], now_ms=forked_at, leaf_id=leaf_id, title=title,
+                               limits=limits).split(b"\n")
     except StoreError:
         return False
     if len(expected) != len(lines):

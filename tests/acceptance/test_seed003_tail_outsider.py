@@ -14,6 +14,7 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -400,21 +401,28 @@ async def test_a_native_fork_killed_before_its_receipt_and_retried_writes_exactl
     root = data_dir(tmp_path)
     pi_root = tmp_path / "pi"
     parent = _native_file(pi_root)
-    before = _tree(pi_root)
     fork = {"sessionId": NATIVE, "title": "child of pangolin", "submissionId": "fork-1"}
     with trio.fail_after(120):
+        early = {"sessionId": NATIVE, "throughMessageId": f"{NATIVE}:e2", "submissionId": "fork-2"}
+        await _killed_at(root, "session.fork.before_commit", "session.fork", early, "--native-pi-root", str(pi_root))
+        before = _tree(pi_root)
         await _killed_at(root, "session.fork.before_commit", "session.fork", fork, "--native-pi-root", str(pi_root))
-        assert len(list(parent.parent.iterdir())) == 3  # the child was published before the kill
+        assert len(list(parent.parent.iterdir())) == 4  # each child was published before its kill
         published = _tree(pi_root)
         async with _native_host(root, pi_root) as (proc, c):
             first = (await _full(c, NATIVE))["messages"][0]["id"]
             for other in ({"title": "another title"}, {"throughMessageId": first}, {"title": None},
                           {"sessionId": "native-pi:s-old"}):
                 assert await code_of(c, "session.fork", {**fork, **other}) == "IDEMPOTENCY_CONFLICT", other
+            # and the other way round: a fork at the first message killed, then its key for the whole branch
+            assert await code_of(c, "session.fork", {**early, "throughMessageId": None}) == "IDEMPOTENCY_CONFLICT"
+            early_child = await c.call("session.fork", early)
+            assert early_child["messageCount"] == 1
             assert _tree(pi_root) == published
             # pi goes on writing the parent after the crash; the retry still finds the child it forked
+            now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
             grown = parent.read_bytes() + b"\n" + _line({
-                "type": "message", "id": "e6", "parentId": "e5", "timestamp": _TS.format(6),
+                "type": "message", "id": "e6", "parentId": "e5", "timestamp": now,
                 "message": {"role": "assistant", "content": [{"type": "text", "text": "pi wrote more"}],
                             "provider": "anthropic", "model": "claude-x", "stopReason": "stop"}})
             parent.write_bytes(grown)
@@ -426,7 +434,7 @@ async def test_a_native_fork_killed_before_its_receipt_and_retried_writes_exactl
             assert await code_of(c, "session.fork", {**fork, "title": "another title"}) == "IDEMPOTENCY_CONFLICT"
             assert [m["blocks"][0]["text"] for m in (await _full(c, NATIVE))["messages"]][-1] == "pi wrote more"
             listed = [s["id"] for s in (await c.call("session.list", {}))["sessions"]]
-            assert sorted(listed) == sorted([NATIVE, "native-pi:s-old", child["id"]])
+            assert sorted(listed) == sorted([NATIVE, "native-pi:s-old", early_child["id"], child["id"]])
             got = await _full(c, child["id"])
             assert [m["blocks"][0]["text"] for m in got["messages"]] == ["hello pangolin", "hi there",
                                                                          "last quokka words"]
@@ -449,7 +457,8 @@ async def test_a_native_fork_with_bad_input_writes_nothing(tmp_path: Path) -> No
     """§12 forks "fail closed without returning a child": an unknown message (MESSAGE_NOT_FOUND), a pi v1
     session (only "exact-v3" files: UNSUPPORTED_FOR_NATIVE_SESSION), an unknown native id
     (SESSION_NOT_FOUND), a malformed one (INVALID_PARAMS) and a message of another session; none of them
-    leaves a file, and a fork at an earlier message keeps exactly that prefix of the current branch."""
+    leaves a file; a fork at an earlier message keeps exactly that prefix of the current branch; a keyed
+    fork raced from four connections writes one child."""
     root = data_dir(tmp_path)
     pi_root = tmp_path / "pi"
     parent = _native_file(pi_root)
@@ -468,10 +477,23 @@ async def test_a_native_fork_with_bad_input_writes_nothing(tmp_path: Path) -> No
             assert _tree(pi_root) == before
             early = await c.call("session.fork", {"sessionId": NATIVE, "throughMessageId": first})
             assert [m["blocks"][0]["text"] for m in (await _full(c, early["id"]))["messages"]] == ["hello pangolin"]
+            # one keyed fork sent again at once from four connections of the client (a reconnect racing its
+            # first try): one child, answered to all four
+            answers: list[str] = []
+
+            async def fork_once() -> None:
+                async with open_client(proc.url, proc.token, client_id="outsider", client_kind="ui") as again:
+                    child = await again.call("session.fork", {"sessionId": NATIVE, "submissionId": "f-1"})
+                    answers.append(child["id"])
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(fork_once)
+            assert len(answers) == 4 and len(set(answers)) == 1
             proc.kill9()
     after = _tree(pi_root)
     assert {k: v for k, v in after.items() if k in before} == before
-    assert len(after) == len(before) + 1 and parent.exists()
+    assert len(after) == len(before) + 2 and parent.exists()
 
 
 # ------------------------------------------------------------------------------ provider display order
