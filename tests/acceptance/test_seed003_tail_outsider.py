@@ -438,6 +438,11 @@ async def test_a_native_fork_killed_before_its_receipt_and_retried_writes_exactl
             got = await _full(c, child["id"])
             assert [m["blocks"][0]["text"] for m in got["messages"]] == ["hello pangolin", "hi there",
                                                                          "last quokka words"]
+            # "that path stays inside the sidecar": no answer names the parent's file
+            exported = [await c.call("session.export", {"sessionId": child["id"], "format": fmt})
+                        for fmt in ("md", "jsonl")]
+            seen = json.dumps([child, got, exported, await c.call("session.list", {})])
+            assert str(pi_root) not in seen and parent.name not in seen
             proc.kill9()
     after = _tree(pi_root)
     assert {k: v for k, v in after.items() if k in before} == before
@@ -595,10 +600,11 @@ async def test_review_snapshots_refuse_outside_paths_and_outlive_a_git_commit(tm
     root = data_dir(tmp_path)
     outside = tmp_path / "outside.md"
     outside.write_bytes(b"x\n")
+    (workspace / "linked").symlink_to(tmp_path, target_is_directory=True)  # a folder link out of it
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
             sid = (await c.call("session.create", {"projectPath": str(workspace)}))["id"]
-            for path in ("../outside.md", str(outside)):
+            for path in ("../outside.md", str(outside), "linked/outside.md", str(workspace / "linked" / "outside.md")):
                 code, data = await error_of(c, "review.record", _record(sid, path=path))
                 assert (code, data.get("reason")) == ("INVALID_PARAMS", "outside_workspace")
             assert await code_of(c, "review.record", _record("no-such-session")) == "SESSION_NOT_FOUND"
