@@ -505,6 +505,9 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
                 shutil.rmtree(root / name, ignore_errors=True)
                 swept += 1
     report["scratchSwept"] = swept
+    # a review.record killed before its meta.json: its before bytes (up to 4 MiB) that nothing lists or reads
+    # (no record is in flight before the gateway opens; a keyed retry writes both files again)
+    report["reviewHalvesRemoved"] = review.remove_unpublished(data_dir.review_changes_dir)
     report["tempFilesRemoved"] += review.sweep_snapshot_temp_files(data_dir.review_changes_dir)
     report["projectRemovalsSwept"] = projects.sweep_removal_intents(conn, data_dir.sessions_dir)
     report["durationMs"] = int((time.perf_counter() - t0) * 1000)

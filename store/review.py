@@ -9,7 +9,8 @@ Layout: ``review-changes/<sessionId>/<snapshotId>/`` holds
   tool call, turn) and the receipt of the call that recorded it.
 
 ``meta.json`` is published last and exclusively: a directory without it is an interrupted
-record and counts for nothing. A snapshot is never inferred from Git. The directory goes with
+record and counts for nothing; boot and ``pi-host doctor --repair`` remove it
+(:func:`remove_unpublished`). A snapshot is never inferred from Git. The directory goes with
 ``session.delete`` (``store/transcripts/session_files.finish_delete``) and boot sweeps the ones
 whose session is gone (``runtime/boot.py``).
 
@@ -45,7 +46,15 @@ from store.errors import (
     classify_os_error,
 )
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import TEMP_MARKER, atomic_write, fsync_dir, open_nofollow, sweep_temp_files, write_all
+from store.fsutil import (
+    TEMP_MARKER,
+    atomic_write,
+    fsync_dir,
+    is_temp_name,
+    open_nofollow,
+    sweep_temp_files,
+    write_all,
+)
 from store.jsonio import Readable, readable
 from store.receipts import ReceiptKey, file_record, key_of_record
 from store.rules import MAX_REVIEW_FILE_BYTES, MAX_REVIEW_META_BYTES, REVIEW_SNAPSHOT_ID_RE
@@ -68,11 +77,14 @@ __all__ = [
     "read_before",
     "read_workspace_file",
     "record_answer",
+    "remove_snapshot_dir",
+    "remove_unpublished",
     "restore_answer",
     "review_ref",
     "snapshot_id_for",
     "start_restore",
     "sweep_snapshot_temp_files",
+    "unpublished_snapshots",
     "wire_snapshot",
     "write_snapshot",
 ]
@@ -494,3 +506,55 @@ def sweep_snapshot_temp_files(review_root: Path) -> int:
             if snapshot_dir.is_dir() and not snapshot_dir.is_symlink():
                 removed += len(sweep_temp_files(snapshot_dir))
     return removed
+
+
+def _real_dirs(directory: Path) -> list[Path]:
+    """The directories directly in ``directory`` (never through a symlink), by name."""
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+    except FileNotFoundError:
+        return []
+
+
+def _half_written(snapshot_dir: Path) -> bool:
+    """``snapshot_dir`` is what :func:`write_snapshot` leaves when it dies before ``meta.json``: no entry of that
+    name of any kind (a damaged or odd one is a published snapshot's), and nothing but regular files of the
+    names it writes first (``before``, the temp files of both), or nothing."""
+    with os.scandir(snapshot_dir) as entries:
+        found = [(e.name, e.is_file(follow_symlinks=False)) for e in entries]
+    return all(regular and name != META and (name == BEFORE or is_temp_name(name)) for name, regular in found)
+
+
+def unpublished_snapshots(review_root: Path) -> list[Path]:
+    """The ``review-changes/<sid>/<rv>/`` folders of records killed before their ``meta.json`` was published: no
+    reader lists or reads them, and no one completes them but a keyed retry, which writes both files again (its
+    first attempt was never answered: the receipt row comes after ``meta.json``). Only safe to remove where no
+    record can be in flight: boot before the gateway opens, doctor under the data directory's lock."""
+    out: list[Path] = []
+    for session_dir in _real_dirs(review_root):
+        out.extend(d for d in _real_dirs(session_dir)
+                   if REVIEW_SNAPSHOT_ID_RE.fullmatch(d.name) and _half_written(d))
+    return out
+
+
+def remove_unpublished(review_root: Path) -> int:
+    """Remove every :func:`unpublished_snapshots` folder; returns how many went. A kill part way leaves a folder
+    still without ``meta.json``: the next run finishes it."""
+    found = unpublished_snapshots(review_root)
+    for snapshot_dir in found:
+        remove_snapshot_dir(snapshot_dir)
+    return len(found)
+
+
+def remove_snapshot_dir(snapshot_dir: Path) -> None:
+    """Remove one :func:`unpublished_snapshots` folder: its files, then it, then its parent made durable."""
+    with os.scandir(snapshot_dir) as entries:
+        names = [e.name for e in entries]
+    for name in names:
+        try:
+            os.unlink(snapshot_dir / name)
+        except FileNotFoundError:
+            pass
+    os.rmdir(snapshot_dir)
+    fsync_dir(snapshot_dir.parent)

@@ -18,8 +18,9 @@ Per session (the union of ``sessions`` rows and ``sessions/*.jsonl`` files):
 Around them: quarantine files (``.torn-*`` and ``quarantine/``) and interrupted
 deletes are reported; orphan in-flight checkpoints and revision files (their
 session has neither row nor transcript) are moved to ``quarantine/``, orphan
-``scratch/`` and ``review-changes/`` directories removed (as boot does), stray
-temp files removed.
+``scratch/`` and ``review-changes/`` directories removed (as boot does), review
+snapshot folders a record killed before its ``meta.json`` left removed (as boot
+does), stray temp files removed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from store.ids import remapped_message_id
 from store.indexing.database import quarantine_temp_files, sweep_quarantine_temps
 from store.indexing.index import IndexRecord
 from store.indexing.reconcile import ReconcilePlan, TailScan, apply_plan, dedupe, read_header, scan_from
+from store.review import remove_snapshot_dir, unpublished_snapshots
 from store.rules import SESSION_ID_RE
 from store.transcripts.records import blocks_of
 from store.transcripts.transcript import DROPPED_MARKER, TranscriptWriter
@@ -331,6 +333,17 @@ def check_surroundings(conn: sqlite3.Connection | None, paths: DataDirPaths, rep
                 if repair:
                     shutil.rmtree(root / name)
                     finding.repaired = True
+    for half in unpublished_snapshots(paths.review_changes_dir):
+        if live is not None and half.parent.name not in live:
+            continue  # its whole session folder is an orphan, found above
+        size = sum(p.lstat().st_size for p in half.iterdir())
+        finding = report.add("review.unpublished", str(half.relative_to(paths.root)),
+                             f"a review snapshot whose record was killed before its meta.json ({size} byte(s) "
+                             "nothing lists or reads); repair removes it (as the startup sweep does)",
+                             Severity.REPAIRABLE)
+        if repair:
+            remove_snapshot_dir(half)
+            finding.repaired = True
     for directory in (paths.sessions_dir, paths.secrets_dir, paths.attachments_dir):
         stray = [n for n in _names(directory) if is_temp_name(n) and (directory / n).is_file()]
         if stray:
