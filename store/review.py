@@ -80,9 +80,11 @@ __all__ = [
     "remove_snapshot_dir",
     "remove_unpublished",
     "restore_answer",
+    "restore_temp_path",
     "review_ref",
     "snapshot_id_for",
     "start_restore",
+    "stray_restore_temps",
     "sweep_snapshot_temp_files",
     "unpublished_snapshots",
     "wire_snapshot",
@@ -176,18 +178,24 @@ def file_state(root: str, path: str) -> FileState:
     return _state_of(read_workspace_file(root, path))
 
 
-def _write_workspace_file(path: str, data: bytes, snapshot_id: str) -> None:
+def restore_temp_path(path: str, snapshot_id: str) -> str:
+    """The temp file a restore of ``snapshot_id`` writes next to ``path``: ``<path>.tmp.<12 hex of the id>``."""
+    return f"{path}{TEMP_MARKER}{hashlib.sha256(snapshot_id.encode()).hexdigest()[:12]}"
+
+
+def _write_workspace_file(path: str, data: bytes, snapshot_id: str, *, faults: Faults = NO_FAULTS) -> None:
     """Replace ``path`` with ``data`` (temp + fsync + rename + dir fsync), keeping the file's mode.
 
-    The temp file sits in the user's workspace, so its name is the snapshot's (``<path>.tmp.<12 hex of
-    the snapshot id>``), not random: an attempt killed before its rename leaves one name, which the
-    retry of that restore removes before it writes (never a file of the user's)."""
+    The temp file sits in the user's workspace, so its name is the snapshot's (:func:`restore_temp_path`),
+    not random: an attempt killed before its rename leaves one name, which the retry of that restore removes
+    before it writes (never a file of the user's), and ``pi-host doctor`` finds (:func:`stray_restore_temps`).
+    Fault point ``review.restore_file.after_tmp_write``."""
     directory = os.path.dirname(path)
     try:
         mode = stat.S_IMODE(os.lstat(path).st_mode)
     except FileNotFoundError:
         mode = 0o644
-    tmp = f"{path}{TEMP_MARKER}{hashlib.sha256(snapshot_id.encode()).hexdigest()[:12]}"
+    tmp = restore_temp_path(path, snapshot_id)
     renamed = False
     try:
         try:
@@ -198,6 +206,7 @@ def _write_workspace_file(path: str, data: bytes, snapshot_id: str) -> None:
         try:
             os.fchmod(fd, mode)
             write_all(fd, data)
+            faults.point("review.restore_file.after_tmp_write")
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -468,7 +477,7 @@ def finish_restore(session_dir: Path, meta: Mapping[str, Any], root: str, before
         if before is None:
             _remove_workspace_file(path)
         else:
-            _write_workspace_file(path, before, str(meta["snapshotId"]))
+            _write_workspace_file(path, before, str(meta["snapshotId"]), faults=faults)
     intent = meta.get("restore") or {}
     updated = {**meta, "state": "restored", "restoredAt": int(intent.get("at", 0))}
     target = _snapshot_dir(session_dir, str(meta["snapshotId"])) / META
@@ -558,3 +567,24 @@ def remove_snapshot_dir(snapshot_dir: Path) -> None:
             pass
     os.rmdir(snapshot_dir)
     fsync_dir(snapshot_dir.parent)
+
+
+def stray_restore_temps(session_dir: Path) -> list[str]:
+    """The workspace temp files (:func:`restore_temp_path`) of this session's restores killed before their
+    rename and never retried: regular files only (never through a final symlink). A snapshot whose
+    ``meta.json`` no longer reads is skipped (its path is not to be trusted)."""
+    out: list[str] = []
+    for snapshot_id in _published_ids(session_dir):
+        try:
+            meta = load_meta(session_dir, snapshot_id)
+        except DamagedRecord:
+            continue
+        if meta is None:
+            continue
+        tmp = restore_temp_path(str(meta["path"]), snapshot_id)
+        try:
+            if stat.S_ISREG(os.lstat(tmp).st_mode):
+                out.append(tmp)
+        except OSError:
+            continue  # gone, or its folder is: nothing of ours to find
+    return out

@@ -20,7 +20,8 @@ deletes are reported; orphan in-flight checkpoints and revision files (their
 session has neither row nor transcript) are moved to ``quarantine/``, orphan
 ``scratch/`` and ``review-changes/`` directories removed (as boot does), review
 snapshot folders a record killed before its ``meta.json`` left removed (as boot
-does), stray temp files removed.
+does), the workspace temp file of a restore killed before its rename removed,
+stray temp files removed.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
-from store.fsutil import fsync_dir, is_temp_name, sweep_temp_files
+from store.fsutil import fsync_dir, is_temp_name, remove_file_durable, sweep_temp_files
 from store.ids import remapped_message_id
 from store.indexing.database import quarantine_temp_files, sweep_quarantine_temps
 from store.indexing.index import IndexRecord
 from store.indexing.reconcile import ReconcilePlan, TailScan, apply_plan, dedupe, read_header, scan_from
-from store.review import remove_snapshot_dir, unpublished_snapshots
+from store.review import remove_snapshot_dir, stray_restore_temps, unpublished_snapshots
 from store.rules import SESSION_ID_RE
 from store.transcripts.records import blocks_of
 from store.transcripts.transcript import DROPPED_MARKER, TranscriptWriter
@@ -322,6 +323,17 @@ def check_surroundings(conn: sqlite3.Connection | None, paths: DataDirPaths, rep
         report.add("quarantine.file", f"quarantine/{name}", "kept for inspection (a corrupt database copy, "
                    "a checkpoint boot could not use, or a damaged setting's bytes doctor set aside: kv.*)",
                    Severity.INFO)
+    for name in _names(paths.review_changes_dir):  # before an orphan folder goes: its metas name the temps
+        folder = paths.review_changes_dir / name
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for tmp in stray_restore_temps(folder):
+            finding = report.add("review.restore_temp", tmp, "the temp file of a review.restore killed before its "
+                                 "rename, in the workspace (its name is the snapshot's, never a user's file); "
+                                 "repair removes it", Severity.REPAIRABLE, sessionId=name)
+            if repair:
+                remove_file_durable(tmp)
+                finding.repaired = True
     if live is not None:
         for root, label in ((paths.scratch_root, "scratch"), (paths.review_changes_dir, "review-changes")):
             for name in _names(root):

@@ -14,6 +14,7 @@ Each kill is real: a ``pi-host serve`` process armed with ``RT_CRASHPOINT`` SIGK
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -165,3 +166,38 @@ def test_the_sweep_leaves_every_folder_it_did_not_write_alone(tmp_path: Path) ->
     assert review.remove_unpublished(root) == 3
     assert {ids[n] for n in keep} | {"not-a-snapshot"} == set(os.listdir(sid))
     assert (sid / ids["foreign"] / "notes.txt").read_bytes() == b"mine"
+
+
+async def test_doctor_names_the_workspace_temp_of_a_restore_killed_before_its_rename(tmp_path: Path) -> None:
+    """A ``review.restore`` killed after writing ``<path>.tmp.<12 hex of the snapshot id>`` in the workspace and
+    before its rename left that file (up to 4 MiB, in the user's project) until a retry of that restore came;
+    doctor names it (``review.restore_temp``) and ``--repair`` removes it, the file itself untouched; the
+    restore then still runs through."""
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    sid, _ = await _two_finished(data, ws)
+    notes = ws / "docs" / "notes.md"
+    snaps = [d.name for d in sorted((data / "review-changes" / sid).iterdir())]
+    restore = {"sessionId": sid, "snapshotId": snaps[0], "submissionId": "res-1"}
+    await call_killed_at(data, "review.restore_file.after_tmp_write", "review.restore", restore, client_id=CLIENT,
+                         client_kind="agent")
+    tmp = review.restore_temp_path(str(notes), snaps[0])
+    assert sorted(os.listdir(notes.parent)) == ["notes.md", os.path.basename(tmp)]
+    assert notes.read_bytes() == AFTER
+    os.symlink(tmp, review.restore_temp_path(str(notes), snaps[1]))  # not a regular file: never doctor's
+    found = run_doctor(DataDir(data), repair=False, now_ms=int(time.time() * 1000))
+    assert [(f.check, f.subject, str(f.severity)) for f in found.findings if f.check.startswith("review.")] == \
+        [("review.restore_temp", tmp, "repairable")]
+    assert os.path.basename(tmp) in os.listdir(notes.parent)  # found, nothing changed
+    fixed = run_doctor(DataDir(data), repair=True, now_ms=int(time.time() * 1000))
+    assert [f.repaired for f in fixed.findings if f.check == "review.restore_temp"] == [True]
+    assert sorted(os.listdir(notes.parent)) == ["notes.md", os.path.basename(review.restore_temp_path(
+        str(notes), snaps[1]))]
+    os.unlink(review.restore_temp_path(str(notes), snaps[1]))
+    assert notes.read_bytes() == AFTER
+    with trio.fail_after(60):
+        async with inprocess_host(data) as host, client_for(host, CLIENT, "agent") as c:
+            done = await c.call("review.restore", restore)
+            assert done["snapshot"]["state"] == "restored"
+    meta = review.load_meta(data / "review-changes" / sid, snaps[0]) or {}
+    assert hashlib.sha256(notes.read_bytes()).hexdigest() == meta["before"]["sha256"]
+    assert os.listdir(notes.parent) == ["notes.md"]
