@@ -43,6 +43,7 @@ from store.errors import (
     InvalidInput,
     NotFound,
     PayloadTooLarge,
+    StoreError,
     classify_os_error,
 )
 from store.faults import NO_FAULTS, Faults
@@ -275,16 +276,32 @@ def _mkdirs(path: Path) -> None:
 
 def write_snapshot(session_dir: Path, meta: Mapping[str, Any], before: bytes | None, *,
                    faults: Faults = NO_FAULTS) -> None:
-    """Write ``before`` then publish ``meta.json`` (exclusively): the snapshot appears whole or not at all."""
+    """Write ``before`` then publish ``meta.json`` (exclusively): the snapshot appears whole or not at all.
+
+    A write refused on the way (disk full, an I/O error) before ``meta.json`` is published takes its half
+    along (best effort: what stays, boot removes, :func:`remove_unpublished`); the error is raised as it was."""
     target = _snapshot_dir(session_dir, str(meta["snapshotId"]))
     try:
         _mkdirs(target)
     except OSError as exc:
         raise classify_os_error(exc, f"create {target}") from exc
-    if before is not None:
-        atomic_write(target / BEFORE, before, faults=faults, point_prefix="review.before")
-    atomic_write(target / META, orjson.dumps(dict(meta)) + b"\n", faults=faults, point_prefix="review.meta",
-                 exclusive=True)
+    try:
+        if before is not None:
+            atomic_write(target / BEFORE, before, faults=faults, point_prefix="review.before")
+        atomic_write(target / META, orjson.dumps(dict(meta)) + b"\n", faults=faults, point_prefix="review.meta",
+                     exclusive=True)
+    except StoreError:
+        _drop_half(target)
+        raise
+
+
+def _drop_half(target: Path) -> None:
+    """Remove ``target`` if it is still a half-written snapshot (never once ``meta.json`` is there)."""
+    try:
+        if _half_written(target):
+            remove_snapshot_dir(target)
+    except OSError:
+        pass  # the failing disk refused this too: the next boot's sweep removes it
 
 
 def load_meta(session_dir: Path, snapshot_id: str) -> dict[str, Any] | None:

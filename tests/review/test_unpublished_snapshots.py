@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import trio
 
+from runtime.client import RpcError
 from runtime.datadir import DataDir
 from store import review
 from store.doctor.doctor import run_doctor
@@ -201,3 +202,25 @@ async def test_doctor_names_the_workspace_temp_of_a_restore_killed_before_its_re
     meta = review.load_meta(data / "review-changes" / sid, snaps[0]) or {}
     assert hashlib.sha256(notes.read_bytes()).hexdigest() == meta["before"]["sha256"]
     assert os.listdir(notes.parent) == ["notes.md"]
+
+
+@pytest.mark.parametrize(("point", "action", "code"), [
+    ("review.meta.after_tmp_write", "enospc", "STORAGE_FULL"),
+    ("review.before.after_tmp_fsync", "enospc", "STORAGE_FULL"),
+    ("review.meta.after_tmp_fsync", "eio", "IO_ERROR"),
+])
+async def test_a_record_refused_on_the_way_takes_its_half_along(tmp_path: Path, point: str, action: str,
+                                                                 code: str) -> None:
+    """A record refused before its ``meta.json`` (the disk full: exactly when its ``before`` bytes matter) no
+    longer keeps them until the next restart: the refusal removes its folder; published snapshots stay."""
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    sid, finished = await _two_finished(data, ws)
+    with trio.fail_after(60):
+        async with inprocess_host(data) as host, client_for(host, CLIENT, "agent") as c:
+            host.faults.add(point, host.faults.hits(point) + 1, action)
+            with pytest.raises(RpcError) as refused:
+                await c.call("review.record", _params(sid, HALF_BEFORE))
+            assert refused.value.data_code == code
+            assert _halves(data, sid) == []
+            assert _files(data / "review-changes" / sid) == finished
+            assert len((await c.call("review.list", {"sessionId": sid}))["snapshots"]) == 2
