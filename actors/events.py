@@ -394,6 +394,8 @@ class EventBus:
         while len(self._backlog) > 1 and (len(self._backlog) > self._backlog_max
                                           or self._backlog_bytes > self._backlog_bytes_max):
             self._backlog_bytes -= self._backlog.popleft().size
+        if not self._subscribers:  # kept in the backlog for a resume; nobody to offer it to now
+            return event.cursor
         supersedes = self._supersedes(event) if self._supersedes is not None else None
         for sub in list(self._subscribers.values()):
             if not sub.wants(event):
