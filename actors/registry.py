@@ -20,12 +20,13 @@ class SessionRegistry:
         self._sup = supervisor
 
     def _factory(self, session_id: str) -> Any:
-        return lambda: SessionActor(session_id, self._deps)
+        # the id is checked where an actor is built (a running actor's was): not again per request
+        return lambda: SessionActor(validate_session_id(session_id), self._deps)
 
     async def ref(self, session_id: str) -> ActorRef:
-        """The session's actor (started if needed): ``post`` to it enqueues without further waiting."""
-        sid = validate_session_id(session_id)
-        return await self._sup.get_or_start(sid, self._factory(sid))
+        """The session's actor (started if needed): ``post`` to it enqueues without further waiting.
+        An invalid id starts none (``INVALID_ID``)."""
+        return await self._sup.get_or_start(session_id, self._factory(session_id))
 
     def running(self, session_id: str) -> bool:
         """Whether the session has a live actor now."""
