@@ -240,7 +240,6 @@ class SessionActor(Actor):
         self.paths = deps.paths(session_id)
         self.known = _State(storage_failed=deps.failed_storage.get(session_id))
         self.poisoned = False
-        self._io = trio.CapacityLimiter(1)
         self.idle_work_after = None  # on_idle runs only while a read-ahead is wanted or held
         self.idle_work_interval = deps.read_ahead.seconds  # a held page is dropped after that long unasked
         self._wanted: _Wanted | None = None
@@ -266,7 +265,7 @@ class SessionActor(Actor):
         writer, self.known.writer = self.known.writer, None
         if writer is not None:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(writer.close, limiter=self._io)
+                await run_in_thread(writer.close)
 
     def expects_more(self, batch: list[Envelope]) -> bool:
         msg = batch[-1].msg
@@ -565,18 +564,13 @@ class SessionActor(Actor):
 
     # ------------------------------------------------------------------ state (used by SessionContext)
     async def io(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
-        limiter = self._io
-        try:
-            limiter.acquire_nowait()  # the usual case: no task switch for a free limiter
-        except trio.WouldBlock:
-            await limiter.acquire()
+        """``fn(*args)`` in a worker thread: one hop at a time, as the actor's task awaits each one (a hop is
+        never abandoned, even when cancelled), so no limiter is taken per hop."""
         try:
             return await run_in_thread(fn, *args)  # a checkpoint itself
         except NotDurable as exc:
             self._storage_failed(exc)
             raise
-        finally:
-            limiter.release()
 
     def _storage_failed(self, exc: StoreError) -> None:
         """RELIABILITY rule 7: a failed fsync of this session's storage (a transcript line's, or the directory's

@@ -97,7 +97,6 @@ class Appended:
 
     planned: Any = None
     """The step's plan (when ``lines`` was a step)."""
-    offsets: list[int] = field(default_factory=list)
     end: int = 0
     """The transcript's length after the write."""
     refs: list[dict[str, Any]] = field(default_factory=list)
@@ -332,13 +331,8 @@ class SessionContext:
         """
         actor = self._actor
         planned, batch, start, end = await actor.write_durably(lines, after_write)
-        offsets: list[int] = []
-        pos = start
-        for line in batch.lines:
-            offsets.append(pos)
-            pos += len(line)
         if not batch.lines:
-            return Appended(planned=planned, offsets=[], end=end)
+            return Appended(planned=planned, end=end)
         sid, now = self.sid, self.now()
         written = Written(sid, self.paths.transcript, start, end, self.epoch, list(batch.lines), batch.records,
                           batch.seqs, touch)
@@ -347,7 +341,7 @@ class SessionContext:
                 raise InternalBug("append_lines(later=True) takes no `then`: nothing waits for its commit")
             seq = await self._index_later(written, now, batch.held)
             actor.indexed_later(end, batch.last_seq, now if touch and batch.last_seq else None)
-            return Appended(planned=planned, offsets=offsets, end=end, seq=seq)
+            return Appended(planned=planned, end=end, seq=seq)
         refs_box: list[list[dict[str, Any]]] = []
         rows: list[dict[str, Any] | None] = []
 
@@ -362,7 +356,7 @@ class SessionContext:
         # in bounded commits before this one (one indexed read when the mark stands at ``start``)
         value = await self.commit(op, durable=durable, backlogs=(Backlog(sid, written.path, now, stop=start),))
         actor.adopt_row(rows[-1])
-        return Appended(planned=planned, offsets=offsets, end=end, refs=refs_box[-1], value=value)
+        return Appended(planned=planned, end=end, refs=refs_box[-1], value=value)
 
     async def rewrite_file(
         self,
