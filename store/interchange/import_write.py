@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 15
+IMPORT_RULES = 16
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -169,7 +169,9 @@ transcript imported in file order past a bound of its tree (too many records or 
 tree; each was still a second message ``<uuid>@<offset>``. A re-import hides such a copy an earlier import made.
 15 = Claude Code: a subagent file's line under the uuid of a main-transcript line (a forked agent's copy of the
 conversation it forked) is not converted: it took the main line's id and, written later, replaced it as a row of the
-subagent; a re-import gives the main transcript's line back."""
+subagent; a re-import gives the main transcript's line back. 16 = Claude Code: a prompt typed while the agent worked
+(a ``queued_command`` attachment line, which has no ``user`` line) is a ``user`` message; it was counted as a skipped
+attachment."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -55,9 +55,10 @@ EXPECTED: dict[str, Expect] = {
     "claude-code/agent-history_v2.1.152_REDACTED_sdk_cli_last_prompt.jsonl":
         Expect({"user": 1, "assistant": 1}),
     # hand-made ids: a tool_use without an id (never paired), two results without tool_use_id (orphans),
-    # an unknown "fallback" block and an image whose data is not base64 (both reported as skipped blocks).
+    # an unknown "fallback" block and an image whose data is not base64 (both reported as skipped blocks);
+    # line 39 is a prompt typed while the agent worked (a queued_command attachment): a user message.
     "claude-code/agent-sessions_CURATED_schema_coverage.jsonl":
-        Expect({"user": 6, "assistant": 8, "tool": 5, "system": 2}, tool_calls=3, results=1, unpaired=1, orphans=2,
+        Expect({"user": 7, "assistant": 8, "tool": 5, "system": 2}, tool_calls=3, results=1, unpaired=1, orphans=2,
                thinking=6, compactions=2, attributed=7, roots=6,
                skipped_blocks={"assistant/fallback": 1, "image(bad base64)": 1}),
     # 22 inline sidechain lines under two Task calls: 2 prompts + 3 replies + 9 tool rows.
@@ -404,7 +405,7 @@ def test_dangling_parents_and_skips_are_reported_and_the_rest_imports(untouched_
     cc = import_sample(db, target, untouched_samples / "claude-code/agent-sessions_CURATED_schema_coverage.jsonl")
     report = cc.files[0].to_dict()
     assert report["unknown"] == {}
-    assert report["skipped"]["attachment"] == 38
+    assert report["skipped"]["attachment"] == 37  # the 38th is a queued prompt (line 39): a user message
     for kind in ("permission-mode", "worktree-state", "bridge-session", "pr-link", "frame-link", "system/api_error"):
         assert kind in report["skipped"], kind
     assert cc.status == "new"

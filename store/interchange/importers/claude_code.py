@@ -18,7 +18,11 @@ One JSON object per line. What becomes what:
   Images become attachment blocks whose bytes go to the blob sink.
   ``isMeta`` user lines (caveats, reminders injected by the harness) and user
   lines whose ``origin.kind`` is the harness's (``task-notification``: a
-  background agent finished) become ``system`` notices.
+  background agent finished) become ``system`` notices. A prompt typed while
+  the agent worked has no ``user`` line: Claude Code writes it as an
+  ``attachment`` line (``queued_command``, ``commandMode: prompt``, from a
+  human) and folds it into the running turn; it becomes a ``user`` message
+  under that line's uuid. Every other attachment is counted as skipped.
 * usage: each API response's ``usage`` (repeated on every line of the response)
   goes once on the first record the response produced, a tool record when it
   only called tools; :func:`.common.finalize` puts it in the one shape of
@@ -1226,12 +1230,27 @@ class _FileConverter:
             self.meta.offer_title(rec.get("customTitle"), 0, replace=True)
         elif kind == "ai-title":
             self.meta.offer_title(rec.get("aiTitle"), 1, replace=True)
+        elif kind == "attachment" and (prompt := _queued_prompt(rec)) is not None:
+            self.queued_prompt(rec, prompt, offset, length, duplicate, ts)
         elif kind in SKIPPED_TYPES:
             if kind == "cost-state":
                 self.cost_state(rec)
             self.file.skipped[kind_name] += 1
         else:
             self.file.unknown[kind_name] += 1
+
+    def queued_prompt(self, rec: Mapping[str, Any], prompt: str | list[Any], offset: int, length: int,
+                      duplicate: bool, ts: int | None) -> None:
+        """A prompt the person typed while the agent worked: Claude Code folds it into the running turn as a
+        ``queued_command`` attachment and writes no ``user`` line for it (:func:`_queued_prompt`). It is a
+        ``user`` message under the attachment line's uuid; the same line written again is counted
+        (``repeated uuid``), as a conversation line's repeat is."""
+        if duplicate:
+            self.repeated(rec, offset)
+            return
+        self.close_group()
+        self.release_compaction()
+        self.user({"uuid": rec.get("uuid")}, prompt, self.attribution(rec), offset, length, duplicate, ts)
 
     def same_line_again(self, rec: Mapping[str, Any], span: tuple[int, int], duplicate: bool) -> bool:
         """Whether a conversation line (at ``span``: offset, end) repeats an earlier line of its uuid word for
@@ -1548,6 +1567,8 @@ class _FileConverter:
         if kind == "progress":
             data = rec.get("data")
             return not (isinstance(data, Mapping) and data.get("type") == "agent_progress")
+        if kind == "attachment":
+            return _queued_prompt(rec) is None
         return kind in SKIPPED_TYPES
 
     def assistant_block(self, block: Mapping[str, Any], kind: object) -> dict[str, Any] | None:
@@ -1659,6 +1680,21 @@ def _attr(parent: str | None, name: str) -> dict[str, str]:
     if parent:
         out["parentToolCallId"] = parent
     return out
+
+
+def _queued_prompt(rec: Mapping[str, Any]) -> str | list[Any] | None:
+    """The words of an ``attachment`` line that is a prompt the person typed while the agent worked
+    (``queued_command``, ``commandMode: prompt``, from a human: no ``origin`` or ``origin.kind: human``, not
+    ``isMeta``); None for any other attachment (a peer session's message, a task notification, reminders)."""
+    attachment = rec.get("attachment")
+    if not isinstance(attachment, Mapping) or attachment.get("type") != "queued_command":
+        return None
+    origin = attachment.get("origin")
+    if attachment.get("commandMode") != "prompt" or attachment.get("isMeta") is True or (
+            origin is not None and not (isinstance(origin, Mapping) and origin.get("kind") == "human")):
+        return None
+    prompt = attachment.get("prompt")
+    return prompt if isinstance(prompt, (str, list)) and prompt else None
 
 
 def _plain_text(content: Any) -> str | None:
