@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 16
+IMPORT_RULES = 17
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -171,7 +171,9 @@ tree; each was still a second message ``<uuid>@<offset>``. A re-import hides suc
 conversation it forked) is not converted: it took the main line's id and, written later, replaced it as a row of the
 subagent; a re-import gives the main transcript's line back. 16 = Claude Code: a prompt typed while the agent worked
 (a ``queued_command`` attachment line, which has no ``user`` line) is a ``user`` message; it was counted as a skipped
-attachment."""
+attachment. 17 = a source line holding bytes that are not UTF-8 is read with U+FFFD in their place (as the
+tools' own loaders read it; counted as ``repairedLines``); it was a bad line, its message missing (and in a pi file the
+turns after it moved off the transcript: their parent was missing)."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

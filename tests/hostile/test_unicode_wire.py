@@ -335,9 +335,10 @@ async def test_an_import_source_with_bad_bytes_keeps_its_session(tmp_path: Path,
     """Claude Code, Codex and pi sources with one line holding invalid UTF-8, an overlong encoding, an
     encoded or escaped lone surrogate, or a cut line (or the whole file CRLF-ended behind a BOM): the
     session is imported with every other message exactly as written, the host's transcript is valid
-    UTF-8 JSONL, and the damage is reported (a bad line; pi's broken chain also gets its notice). An
-    escaped lone surrogate is no damage but JSON as JavaScript writes it: its line is kept, the half read
-    as U+FFFD."""
+    UTF-8 JSONL, and the damage is reported. A cut line is a bad line (pi's broken chain also gets its
+    notice). Bytes that are not UTF-8 read as U+FFFD, as the tools' own loaders (Node's utf8 decoding)
+    read them: the line is kept, counted as repaired. An escaped lone surrogate is no damage but JSON as
+    JavaScript writes it: its line is kept, the half read as U+FFFD."""
     conv = [User(IMPORT_TEXTS[0]), Response((("text", IMPORT_TEXTS[1]),), ()), User(IMPORT_TEXTS[2]),
             Response((("text", IMPORT_TEXTS[3]),), ()), User(IMPORT_TEXTS[4])]
     sources = {"claude-code": claude_code_lines(conv), "codex": codex_lines(conv), "pi": pi_lines(conv)}
@@ -359,6 +360,14 @@ async def test_an_import_source_with_bad_bytes_keeps_its_session(tmp_path: Path,
             elif how == "escaped surrogate":  # valid JSON (JSON.stringify writes it): the line is kept, U+FFFD
                 assert texts == [t.replace("SECOND-MARK", "SECOND\ufffd") for t in IMPORT_TEXTS], (tool, texts)
                 assert summary["files"][0]["badLines"] == 0, (tool, summary["files"])
+            elif how != "cut":  # bytes that are not UTF-8: each bad sequence reads as U+FFFD, the line is kept
+                replaced = "SECOND" + {"invalid": b"\xff\xfe", "overlong": b"\xc0\xaf",
+                                       "surrogate": b"\xed\xa0\x80"}[how].decode("utf-8", "replace")
+                assert texts == [t.replace("SECOND-MARK", replaced) for t in IMPORT_TEXTS], (tool, texts)
+                (report,) = summary["files"]
+                assert report["badLines"] == 0, (tool, report)
+                assert report["repairedLines"] == sum(b"SECOND-MARK" in line for line in lines), (tool, report)
+                assert all(m["role"] != "system" for m in page["messages"]), (tool, page["messages"])
             else:
                 assert not any(t and "SECOND" in t for t in texts), (tool, texts)
                 (report,) = summary["files"]

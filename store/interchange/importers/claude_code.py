@@ -131,6 +131,7 @@ from store.interchange.importers.common import (
     join_id,
     json_value_ok,
     message_record,
+    parse_counted,
     parse_object,
     peek_field,
     stamp,
@@ -1068,7 +1069,7 @@ class _FileConverter:
                 continue
             if unparsed is not None and unparsed(line.offset):
                 continue
-            rec = parse_object(line.data)
+            rec = parse_counted(line.data, self.file)
             if rec is None:
                 self.file.bad_lines += 1
                 continue

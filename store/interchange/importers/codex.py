@@ -86,6 +86,7 @@ from store.interchange.importers.common import (
     join_id,
     json_value_ok,
     message_record,
+    parse_counted,
     parse_object,
     session_id_for,
     stamp,
@@ -320,7 +321,7 @@ class _Converter:
             if not line.data.strip():
                 self.file.blank_lines += 1
                 continue
-            rec = parse_object(line.data)
+            rec = parse_counted(line.data, self.file)
             if rec is None:
                 self.file.bad_lines += 1
                 continue

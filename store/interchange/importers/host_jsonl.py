@@ -32,6 +32,7 @@ from store.interchange.importers.common import (
     file_report,
     finalize,
     join_id,
+    parse_counted,
     parse_object,
     stamp,
     to_ms,
@@ -75,7 +76,7 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
         if line.data is None:
             file.oversized_lines += 1
             continue
-        rec = parse_object(line.data)
+        rec = parse_counted(line.data, file)
         if rec is None:
             file.bad_lines += 1
             continue

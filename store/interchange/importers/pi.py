@@ -64,6 +64,7 @@ from store.interchange.importers.common import (
     join_id,
     json_value_ok,
     message_record,
+    parse_counted,
     parse_object,
     stamp,
     text_block,
@@ -182,7 +183,7 @@ MAX_RECOVERY_TRIES = 64
 _ENTRY_START = b'{"type":'
 
 
-def read_entry(data: bytes) -> tuple[dict[str, Any] | None, bool]:
+def read_entry(data: bytes, report: FileReport | None = None) -> tuple[dict[str, Any] | None, bool]:
     """A line's entry, and whether it was recovered from behind a torn one.
 
     pi appends each entry as one ``JSON.stringify(entry) + "\n"``. A crash in the middle of a write leaves
@@ -191,8 +192,9 @@ def read_entry(data: bytes) -> tuple[dict[str, Any] | None, bool]:
     the torn start and one whole entry: without that entry every later one hangs off a parent the file
     lacks and the tree's newest leaf reaches no root (seed 000 §3.4's fallback would show the branch
     before the crash and hide everything after it). The entry is the line's longest suffix that is one
-    JSON object starting as pi writes an entry (``{"type":``), found from the end (bounded)."""
-    rec = parse_object(data)
+    JSON object starting as pi writes an entry (``{"type":``), found from the end (bounded). ``report``: the
+    file's, which counts a line read once repaired (:func:`.reader.parse_counted`)."""
+    rec = parse_counted(data, report) if report is not None else parse_object(data)
     if rec is not None:
         return rec, False
     end = len(data)
@@ -416,7 +418,8 @@ class PiConverter:
             if not line.data.strip():
                 self.file.blank_lines += 1
                 continue
-            rec, recovered = read_entry(line.data) if line.offset else (parse_object(line.data), False)
+            rec, recovered = (read_entry(line.data, self.file) if line.offset
+                              else (parse_counted(line.data, self.file), False))
             if rec is None:
                 self.file.bad_lines += 1
                 continue

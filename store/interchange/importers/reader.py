@@ -23,8 +23,8 @@ import orjson
 
 from store.interchange.importers.report import FileReport
 
-__all__ = ["Line", "LineReader", "file_report", "lines_of", "open_source", "parse_object", "peek_field",
-           "read_json_file"]
+__all__ = ["Line", "LineReader", "file_report", "lines_of", "open_source", "parse_counted", "parse_object",
+           "peek_field", "read_json_file"]
 
 
 
@@ -177,20 +177,41 @@ def parse_object(data: bytes) -> dict[str, Any] | None:
 
     A lone surrogate escape (``"\\ud83d"``) reads as U+FFFD: JavaScript's ``JSON.stringify`` writes one
     for half of a pair (a text a tool cut at a UTF-16 unit), and the rest of that line is the person's
-    data; the host's own files hold valid UTF-8 only."""
+    data; the host's own files hold valid UTF-8 only. So does a byte sequence that is not UTF-8 (a damaged
+    byte, a text a tool wrote in another encoding): the tools that wrote these files read them as Node's
+    ``fs.readFile(path, "utf8")`` does, each bad sequence as U+FFFD and the rest of the line as written,
+    so one bad byte does not cost the line's whole message (:func:`parse_counted` counts such repairs)."""
+    return _parse(data)[0]
+
+
+def parse_counted(data: bytes, report: FileReport) -> dict[str, Any] | None:
+    """:func:`parse_object`, counting a line that only parsed once repaired (``repairedLines``)."""
+    value, repaired = _parse(data)
+    if repaired:
+        report.repaired_lines += 1
+    return value
+
+
+def _parse(data: bytes) -> tuple[dict[str, Any] | None, bool]:
+    """The object of a line and whether it needed a repair (bytes that are not UTF-8, a lone surrogate)."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        if b"\\u" not in data:
-            return None
-        fixed = _SURROGATE_ESCAPE.sub(_lone_to_replacement, data)
+        fixed = data
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            fixed = data.decode("utf-8", "replace").encode("utf-8")
+        if b"\\u" in fixed:
+            fixed = _SURROGATE_ESCAPE.sub(_lone_to_replacement, fixed)
         if fixed == data:
-            return None
+            return None, False
         try:
             value = orjson.loads(fixed)
         except orjson.JSONDecodeError:
-            return None
-    return value if isinstance(value, dict) else None
+            return None, False
+        return (value, True) if isinstance(value, dict) else (None, False)
+    return (value, False) if isinstance(value, dict) else (None, False)
 
 
 def file_report(reader: LineReader, report: FileReport) -> None:

@@ -30,6 +30,8 @@ class FileReport:
     lines: int = 0
     blank_lines: int = 0
     bad_lines: int = 0
+    repaired_lines: int = 0
+    """Lines read once repaired: bytes that are not UTF-8, or a lone surrogate escape, each read as U+FFFD."""
     oversized_lines: int = 0
     torn_tail_bytes: int = 0
     roots: int = 0
@@ -46,7 +48,8 @@ class FileReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path, "size": self.size, "consumed": self.consumed, "lines": self.lines,
-            "blankLines": self.blank_lines, "badLines": self.bad_lines, "oversizedLines": self.oversized_lines,
+            "blankLines": self.blank_lines, "badLines": self.bad_lines, "repairedLines": self.repaired_lines,
+            "oversizedLines": self.oversized_lines,
             "tornTailBytes": self.torn_tail_bytes, "roots": self.roots, "danglingParents": self.dangling_parents,
             "recordTypes": _counter_dict(self.record_types), "skipped": _counter_dict(self.skipped),
             "unknown": _counter_dict(self.unknown), **({"reference": True} if self.reference else {}),
