@@ -102,6 +102,7 @@ def render_summary(result: dict[str, Any], *, hint: str | None = None) -> str:
     if restored:
         lines.append(f"{restored} message(s) hidden by an earlier import {'would be' if dry else 'were'} shown "
                      "again: they are back on the source's current branch")
+    lines.extend(_line_notes(result))
     unknown = result.get("unknownKinds") or {}
     if isinstance(unknown, dict) and unknown:
         kinds = sorted(unknown.items(), key=lambda kv: (-int(kv[1]), kv[0]))
@@ -113,6 +114,33 @@ def render_summary(result: dict[str, Any], *, hint: str | None = None) -> str:
     if hint:
         lines.append(hint)
     return "\n".join(lines)
+
+
+def _line_notes(result: dict[str, Any]) -> list[str]:
+    """What the sessions' files held that did not come in as written (their reports' ``files``): lines skipped
+    (not JSON, over the line size limit), lines read with bytes that are not UTF-8 replaced, files whose last
+    line is incomplete (left for the next import)."""
+    bad = oversized = repaired = torn = 0
+    hit: set[str] = set()
+    for rep in result.get("sessions", []):
+        for file in rep.get("files") or ():
+            b, o, r = (int(file.get(k) or 0) for k in ("badLines", "oversizedLines", "repairedLines"))
+            t = int(file.get("tornTailBytes") or 0) > 0
+            bad, oversized, repaired, torn = bad + b, oversized + o, repaired + r, torn + t
+            if b or o:
+                hit.add(str(rep.get("sessionId") or rep.get("externalId")))
+    notes = []
+    if bad or oversized:
+        why = ", ".join(x for x in (f"{bad} not JSON" if bad else "",
+                                    f"{oversized} over the line size limit" if oversized else "") if x)
+        notes.append(f"{bad + oversized} line(s) could not be read and were skipped ({why}) in {len(hit)} "
+                     "session(s); --json names the files")
+    if repaired:
+        notes.append(f"{repaired} line(s) held bytes that are not UTF-8: read with U+FFFD in their place")
+    if torn:
+        notes.append(f"{torn} file(s) end with an incomplete line (a tool still writing it, or a crash): "
+                     "left for the next import")
+    return notes
 
 
 def other_tool_hint(source: str, root: str) -> str | None:

@@ -24,6 +24,26 @@ def test_summary_counts_new_messages_apart_from_parsed_ones_and_names_hidden_and
     assert "hidden" not in quiet and "do not know" not in quiet
 
 
+def test_summary_says_which_lines_did_not_come_in_as_written() -> None:
+    """Reproduces: a session whose file held a line that is not JSON, or one over the 32 MiB line limit (a
+    huge tool output), was imported without it and the summary said only "1 new": the skipped message was
+    named nowhere but in ``--json``'s per-file counts."""
+    files = [{"path": "/r/a.jsonl", "badLines": 2, "oversizedLines": 1, "repairedLines": 0, "tornTailBytes": 0},
+             {"path": "/r/b.jsonl", "badLines": 0, "oversizedLines": 0, "repairedLines": 3, "tornTailBytes": 17}]
+    result = {"root": "/r", "total": 2, "counts": {"new": 2}, "messages": 9, "newMessages": 9, "sourceBytes": 0,
+              "sessions": [{"sessionId": "cc-a", "status": "new", "files": files[:1]},
+                           {"sessionId": "cc-b", "status": "new", "files": files[1:]}]}
+    lines = render_summary(result).splitlines()
+    assert lines[1:] == [
+        "3 line(s) could not be read and were skipped (2 not JSON, 1 over the line size limit) in 1 session(s); "
+        "--json names the files",
+        "3 line(s) held bytes that are not UTF-8: read with U+FFFD in their place",
+        "1 file(s) end with an incomplete line (a tool still writing it, or a crash): left for the next import"]
+    clean = [{**f, "badLines": 0, "oversizedLines": 0, "repairedLines": 0, "tornTailBytes": 0} for f in files]
+    quiet = {**result, "sessions": [{"sessionId": "cc-a", "status": "new", "files": clean}]}
+    assert len(render_summary(quiet).splitlines()) == 1
+
+
 def test_the_folder_of_each_tool_is_recognised(tmp_path: Path) -> None:
     writers = {
         "claude-code": ("p/5e550000-0000-4000-8000-000000000000.jsonl", gen.claude_code_lines(CONV)),
