@@ -142,3 +142,31 @@ def test_a_lone_surrogate_escape_reads_as_a_replacement_character_not_a_bad_line
         texts = [b["text"] for m in read_transcript(target.transcript(rep.session_id)).messages
                  for b in m.record["blocks"] if b["type"] == "text"]
         assert any(t.startswith(says.decode() + " \ufffd") for t in texts), texts
+
+
+def test_a_symlinked_session_file_is_refused_saying_so(tmp_path: Path) -> None:
+    """Reproduces: a session file that is a symbolic link (the importer opens sources with ``O_NOFOLLOW``) was
+    refused as "IO_ERROR: stage import of cc-...: Too many levels of symbolic links", which reads as a link loop
+    (or a fault of the host's storage) and does not say what to do."""
+    from store.attachments import AttachmentFiles
+    from store.interchange.import_write import ImportTarget
+    from store.interchange.imports import import_root
+    from tests.importers import gen
+    from tests.samplekit import NOW, open_db
+
+    real = tmp_path / "elsewhere" / "5e550000-0000-4000-8000-00000000abcd.jsonl"
+    real.parent.mkdir()
+    real.write_bytes(b"".join(gen.claude_code_lines([gen.User("hello"), gen.Response((("text", "hi"),), ())])))
+    project = tmp_path / "projects" / "-w"
+    project.mkdir(parents=True)
+    (project / real.name).symlink_to(real)
+    (tmp_path / "t").mkdir()
+    conn = open_db(tmp_path / "pi.sqlite")
+    try:
+        (rep,) = import_root(conn, "claude-code", tmp_path / "projects",
+                             ImportTarget(tmp_path / "t", AttachmentFiles(tmp_path / "b")), now_ms=lambda: NOW).sessions
+    finally:
+        conn.close()
+    assert rep.status == "refused"
+    assert rep.message is not None and f"{project / real.name} is a symbolic link" in rep.message
+    assert "import the file it points to" in rep.message

@@ -10,6 +10,7 @@ reads it; a UTF-8 byte order mark before the first line is not part of it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -38,8 +39,15 @@ class Line:
 
 
 def open_source(path: Path) -> int:
-    """Open a source file read-only: no symlink at the last component, regular files only."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    """Open a source file read-only: no symlink at the last component, regular files only. A symlink is
+    refused saying so (the kernel's word for it, "too many levels of symbolic links", reads as a loop)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise OSError(errno.ELOOP, f"{path} is a symbolic link, which an import does not follow: "
+                                       "import the file it points to") from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
