@@ -179,6 +179,59 @@ def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> boo
     return True
 
 
+def older_copy_of(unit: SourceUnit, origin: Mapping[str, Any] | None) -> str | None:
+    """The file this session was last imported from, when ``unit``'s files are an older copy of it: each is
+    another path than the import record's files, with the name of one of them, and its bytes are the start
+    of what that file held when it was imported (a snapshot taken earlier, a project folder copied before
+    Claude Code wrote on in the copy, a backup). None otherwise (a file of the record among them, a copy
+    that holds something the newer file does not, an unreadable file).
+
+    Such a copy has nothing new for the session, only older forms of its records (a tool call still without
+    its result, a reply's first blocks): written as replacements they hid what the newer file had given, and
+    the next import of the newer file wrote it back, at every import, for as long as both copies lie under
+    the root."""
+    files = origin.get("files") if origin is not None else None
+    if not isinstance(files, Mapping) or not unit.files:
+        return None
+    by_name: dict[str, tuple[str, int]] = {}
+    for path, seen in files.items():
+        consumed = seen.get("consumed") if isinstance(seen, Mapping) else None
+        if isinstance(consumed, int) and not isinstance(consumed, bool):
+            by_name.setdefault(Path(path).name, (path, consumed))
+    newer = None
+    for file in unit.files:
+        found = by_name.get(file.name)
+        if str(file) in files or found is None or not _starts(found[0], file, found[1]):
+            return None
+        newer = newer or found[0]
+    return newer
+
+
+def _starts(newer: str, older: Path, consumed: int) -> bool:
+    """Whether the bytes of ``older`` (at most ``consumed`` of them) are the first bytes of ``newer``."""
+    fds: list[int] = []
+    try:
+        for path in (newer, older):
+            fds.append(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK))
+            if not stat.S_ISREG(os.fstat(fds[-1]).st_mode):
+                return False
+        left = os.fstat(fds[1]).st_size
+        if left > consumed:
+            return False
+        while left > 0:
+            want = min(left, 1 << 20)
+            a, b = os.read(fds[0], want), os.read(fds[1], want)
+            if not b or a != b:
+                return False
+            left -= len(b)
+        return True
+    except OSError:
+        return False
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 # --------------------------------------------------------------------------- one session, a whole root
 
 
@@ -251,6 +304,12 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
         return PreparedImport(report.refuse("READ_ERROR", str(exc)))
     if unchanged:
         report.status = "unchanged"
+        return PreparedImport(report)
+    newer = older_copy_of(unit, origin["origin"]) if prior is None and row is not None and origin else None
+    if newer is not None:
+        report.status = "unchanged"
+        report.older_copy = True
+        report.message = f"an older copy of {newer}, which this session was imported from: nothing in it is new"
         return PreparedImport(report)
     kept = kept_as_imported(unit, _imported_files(origin["origin"])) if row is not None and origin else None
     if kept is not None:  # e.g. subagent files without the main transcript the session was imported with

@@ -1,0 +1,77 @@
+"""An older copy of a session's file under the same root changes nothing, and the root's imports converge.
+
+A Claude Code session is named by its file name, so two project folders holding ``<session>.jsonl`` (the
+folder copied when the project moved, and Claude Code writing on in the copy; a backup) are one session.
+With the codemie samples (``claude-code/codemie_v2.1.7_growing_file_turn1.jsonl`` is a byte prefix of
+``..._turn2.jsonl``; turn1's last ``tool_use`` has no result yet) in two folders, reproduces: the older copy's
+records were written as replacements of the newer ones, so the session showed the last tool call without
+its result again, and every later import of the root wrote both again (each "updated", the transcript
+growing by two replacement lines per import, never unchanged).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from store.interchange.import_write import ImportTarget
+from store.interchange.imports import import_root
+from store.transcripts.transcript import read_transcript
+from tests.samplekit import NOW
+
+TURN1 = "claude-code/codemie_v2.1.7_growing_file_turn1.jsonl"
+TURN2 = "claude-code/codemie_v2.1.7_growing_file_turn2.jsonl"
+NAME = "0b9c6e2a-0000-4000-8000-000000c0de01.jsonl"
+
+
+@pytest.mark.parametrize("newer_first", [True, False])
+def test_an_older_copy_in_another_folder_changes_nothing(newer_first: bool, tmp_path: Path,
+                                                         untouched_samples: Path, db: sqlite3.Connection,
+                                                         target: ImportTarget) -> None:
+    root = tmp_path / "projects"
+    first, second = (TURN2, TURN1) if newer_first else (TURN1, TURN2)
+    for folder, sample in (("-work-a", first), ("-work-b", second)):
+        (root / folder).mkdir(parents=True)
+        shutil.copy(untouched_samples / sample, root / folder / NAME)
+    older = str(root / ("-work-b" if newer_first else "-work-a") / NAME)
+    newer = str(root / ("-work-a" if newer_first else "-work-b") / NAME)
+    sizes = []
+    for attempt in range(3):
+        reports = import_root(db, "claude-code", root, target, now_ms=lambda: NOW).sessions
+        assert len({r.session_id for r in reports}) == 1
+        sid = reports[0].session_id
+        by_file = {r.files[0].path if r.files else None: r for r in reports}
+        messages = [m.record for m in read_transcript(target.transcript(sid)).messages]
+        tools = [m for m in messages if m["role"] == "tool"]
+        assert len(messages) == 26 and len(tools) == 14
+        assert all("result" in t["blocks"][0] for t in tools)  # the last call keeps its result
+        sizes.append(target.transcript(sid).stat().st_size)
+        if attempt or newer_first:
+            (copy,) = [r for r in reports if r.older_copy]
+            assert copy.status == "unchanged" and copy.message is not None and newer in copy.message
+            assert older not in by_file  # not read past the comparison
+        if attempt:
+            assert [r.status for r in reports] == ["unchanged", "unchanged"]
+        elif not newer_first:  # the older file came first: the newer one adds what it holds
+            assert by_file[newer].status == "updated" and by_file[newer].new_messages == 11
+    assert sizes[0] == sizes[1] == sizes[2]
+
+
+def test_a_copy_that_holds_more_is_imported(tmp_path: Path, untouched_samples: Path, db: sqlite3.Connection,
+                                            target: ImportTarget) -> None:
+    """A copy that is no prefix of the file imported before (it went on differently) is read as before."""
+    root = tmp_path / "projects"
+    (root / "-work-a").mkdir(parents=True)
+    shutil.copy(untouched_samples / TURN1, root / "-work-a" / NAME)
+    (rep,) = import_root(db, "claude-code", root, target, now_ms=lambda: NOW).sessions
+    shutil.rmtree(root / "-work-a")
+    (root / "-work-b").mkdir()
+    data = (untouched_samples / TURN1).read_bytes()
+    cut = data.rindex(b"\n", 0, len(data) - 1) + 1
+    went_on = data[cut:].replace(b'"type":"assistant"', b'"type":"assistant" ', 1)  # its last line differs
+    (root / "-work-b" / NAME).write_bytes(data[:cut] + went_on)
+    (again,) = import_root(db, "claude-code", root, target, now_ms=lambda: NOW).sessions
+    assert again.session_id == rep.session_id and not again.older_copy and again.files
