@@ -79,6 +79,12 @@ class ImportSessionsResult(Result):
         description="Messages an earlier import hid that are on the source's active branch again (shown again).")
     unknown_kinds: dict[str, Count] = Field(
         description="Source record kinds the importer does not know, with how often each was skipped.")
+    unread_lines: Count = Field(
+        default=0, description="Source lines skipped unread in the sessions imported (or that would be): not JSON, "
+        "or over the line size limit; each session's files[].badLines / oversizedLines say where.")
+    repaired_lines: Count = Field(
+        default=0, description="Source lines read with bytes that are not UTF-8 replaced by U+FFFD "
+        "(files[].repairedLines).")
     source_bytes: Count = Field(description="Bytes of source files read.")
     sessions: list[ImportSessionReport] = Field(
         description=f"Per-session reports, refused ones first; at most {MAX_IMPORT_REPORTS}."
@@ -104,6 +110,8 @@ class ImportProgress(Result):
         default=0, description="Messages an earlier import hid that are on the source's active branch again, so far.")
     unknown_kinds: dict[str, Count] = Field(
         default_factory=dict, description="Source record kinds the importer does not know, skipped so far.")
+    unread_lines: Count = Field(default=0, description="Source lines skipped unread so far.")
+    repaired_lines: Count = Field(default=0, description="Source lines read with bytes replaced so far.")
     source_bytes: Count
     total_bytes: Count = Field(description="Bytes of every source file found (the progress bar's 100 %).")
     session_id: SessionId | None = Field(default=None, description="The session just done.")

@@ -117,24 +117,29 @@ def render_summary(result: dict[str, Any], *, hint: str | None = None) -> str:
 
 
 def _line_notes(result: dict[str, Any]) -> list[str]:
-    """What the sessions' files held that did not come in as written (their reports' ``files``): lines skipped
-    (not JSON, over the line size limit), lines read with bytes that are not UTF-8 replaced, files whose last
-    line is incomplete (left for the next import)."""
+    """What the sessions' files held that did not come in as written: lines skipped (not JSON, over the line
+    size limit) and lines read with bytes that are not UTF-8 replaced (the result's ``unreadLines`` /
+    ``repairedLines``, broken down by the reports' ``files`` when they hold them all), files whose last line
+    is incomplete (left for the next import)."""
     bad = oversized = repaired = torn = 0
     hit: set[str] = set()
     for rep in result.get("sessions", []):
+        if rep.get("status") == "refused":
+            continue
         for file in rep.get("files") or ():
             b, o, r = (int(file.get(k) or 0) for k in ("badLines", "oversizedLines", "repairedLines"))
             t = int(file.get("tornTailBytes") or 0) > 0
             bad, oversized, repaired, torn = bad + b, oversized + o, repaired + r, torn + t
             if b or o:
                 hit.add(str(rep.get("sessionId") or rep.get("externalId")))
+    unread = max(int(result.get("unreadLines") or 0), bad + oversized)
     notes = []
-    if bad or oversized:
+    if unread:
         why = ", ".join(x for x in (f"{bad} not JSON" if bad else "",
                                     f"{oversized} over the line size limit" if oversized else "") if x)
-        notes.append(f"{bad + oversized} line(s) could not be read and were skipped ({why}) in {len(hit)} "
-                     "session(s); --json names the files")
+        detail = f" ({why}) in {len(hit)} session(s)" if unread == bad + oversized else ""
+        notes.append(f"{unread} line(s) could not be read and were skipped{detail}; --json names the files")
+    repaired = max(int(result.get("repairedLines") or 0), repaired)
     if repaired:
         notes.append(f"{repaired} line(s) held bytes that are not UTF-8: read with U+FFFD in their place")
     if torn:

@@ -1298,7 +1298,8 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"source": "claude-code", "root": "/home/ada/.claude/projects", "importId": "imp-1", "submissionId": "i-1"},
         {"importId": "imp-1", "source": "claude-code", "root": "/home/ada/.claude/projects", "dryRun": False,
          "total": 2, "counts": _IMPORT_COUNTS, "messages": 96, "newMessages": 96, "hiddenOffBranch": 0,
-         "restoredOnBranch": 0, "unknownKinds": {"world_state": 3}, "sourceBytes": 482113,
+         "restoredOnBranch": 0, "unknownKinds": {"world_state": 3}, "unreadLines": 0, "repairedLines": 0,
+         "sourceBytes": 482113,
          "sessions": [_IMPORT_REFUSED, _IMPORT_REPORT], "truncated": False},
     ),
     "plugins.importSession": (
@@ -1369,7 +1370,8 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
     "import.progress": {"importId": "imp-1", "source": "claude-code", "root": "/home/ada/.claude/projects",
                         "dryRun": False, "done": 1, "total": 2, "counts": {**_IMPORT_COUNTS, "refused": 0},
                         "messages": 96, "newMessages": 96, "hiddenOffBranch": 0, "restoredOnBranch": 0,
-                        "unknownKinds": {"world_state": 3}, "sourceBytes": 480100, "totalBytes": 482113,
+                        "unknownKinds": {"world_state": 3}, "unreadLines": 0, "repairedLines": 0,
+                        "sourceBytes": 480100, "totalBytes": 482113,
                         "sessionId": "cc-1d4e8f0a2b3c5d6e7f8091a2b3c4d5e6", "status": "new", "finished": False},
 }
 

@@ -242,7 +242,8 @@ class _Run:
                 "total": self.total, "counts": counts, "messages": t.messages,
                 "newMessages": t.new_messages, "hiddenOffBranch": t.hidden,
                 "restoredOnBranch": t.restored,
-                "unknownKinds": dict(t.unknown.most_common()), "sourceBytes": t.source_bytes}
+                "unknownKinds": dict(t.unknown.most_common()), "unreadLines": t.unread_lines,
+                "repairedLines": t.repaired_lines, "sourceBytes": t.source_bytes}
 
     def progress(self, report: SessionReport | None) -> dict[str, Any]:
         out = {**self._head(), "done": self.tally.done, "totalBytes": self.total_bytes, "finished": report is None}

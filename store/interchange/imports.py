@@ -437,6 +437,10 @@ class ImportSummary:
     unknown: Counter[str] = field(default_factory=Counter)
     """Record kinds no importer knew, at most ``MAX_UNKNOWN_KINDS`` of them."""
     source_bytes: int = 0
+    unread_lines: int = 0
+    """Source lines of the sessions not refused that were skipped unread: not JSON, or over the line bound."""
+    repaired_lines: int = 0
+    """Source lines of the sessions not refused read with bytes that are not UTF-8 replaced."""
     refused: list[SessionReport] = field(default_factory=list)
     others: list[SessionReport] = field(default_factory=list)
 
@@ -448,6 +452,8 @@ class ImportSummary:
             self.new_messages += report.new_messages
             self.hidden += report.hidden_off_branch
             self.restored += report.restored_on_branch
+            self.unread_lines += sum(f.bad_lines + f.oversized_lines for f in report.files)
+            self.repaired_lines += sum(f.repaired_lines for f in report.files)
         for kind, n in unknown_kinds(report).items():
             if kind in self.unknown or len(self.unknown) < MAX_UNKNOWN_KINDS:
                 self.unknown[kind] += n

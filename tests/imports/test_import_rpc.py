@@ -228,3 +228,25 @@ async def test_a_session_opened_during_an_import_is_never_written_twice(tmp_path
             headers = [ln for ln in (data / "sessions" / f"{sid}.jsonl").read_bytes().splitlines()
                        if ln.startswith(b'{"type":"session"')]
             assert len(headers) == 1
+
+
+async def test_the_result_counts_the_lines_that_did_not_come_in_as_written(tmp_path: Path,
+                                                                          untouched_samples: Path) -> None:
+    """Reproduces: a line skipped unread (not JSON) or read with bytes that are not UTF-8 replaced was counted
+    only in its session's per-file report, which a result keeps for at most 1000 sessions: a client showing
+    the result's totals said nothing of it. ``unreadLines`` / ``repairedLines`` count every session's."""
+    root, _ = sample_tree(tmp_path, "pi")
+    files = sorted(root.rglob("*.jsonl"))
+    for n, path in enumerate(files[:2]):
+        lines = path.read_bytes().splitlines(keepends=True)
+        lines.insert(2, b"{not json\n")
+        if n == 0:
+            lines[-1] = lines[-1].replace(b'"text":"', b'"text":"\xe9', 1)
+        path.write_bytes(b"".join(lines))
+    async with inprocess_host(tmp_path / "data") as host, client_for(host, "importer", "ui") as c:
+        result, events = await import_with_events(c, {"source": "pi", "root": str(root), "importId": "lines-1"})
+        assert (result["unreadLines"], result["repairedLines"]) == (2, 1)
+        assert (events[-1]["unreadLines"], events[-1]["repairedLines"]) == (2, 1)
+        assert sum(f["badLines"] for s in result["sessions"] for f in s["files"]) == 2
+        again = await c.call("import.sessions", {"source": "pi", "root": str(root)})
+        assert (again["unreadLines"], again["repairedLines"]) == (0, 0)  # nothing read: every session unchanged

@@ -42,6 +42,11 @@ def test_summary_says_which_lines_did_not_come_in_as_written() -> None:
     clean = [{**f, "badLines": 0, "oversizedLines": 0, "repairedLines": 0, "tornTailBytes": 0} for f in files]
     quiet = {**result, "sessions": [{"sessionId": "cc-a", "status": "new", "files": clean}]}
     assert len(render_summary(quiet).splitlines()) == 1
+    # past the reports a result keeps, its totals still say it
+    many = {**result, "sessions": [], "truncated": True, "unreadLines": 7, "repairedLines": 2}
+    assert render_summary(many).splitlines()[1:3] == [
+        "7 line(s) could not be read and were skipped; --json names the files",
+        "2 line(s) held bytes that are not UTF-8: read with U+FFFD in their place"]
 
 
 def test_the_folder_of_each_tool_is_recognised(tmp_path: Path) -> None:

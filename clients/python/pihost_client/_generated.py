@@ -701,6 +701,8 @@ class ImportProgress(TypedDict):
     hiddenOffBranch: NotRequired[int]
     restoredOnBranch: NotRequired[int]
     unknownKinds: NotRequired[dict[str, int]]
+    unreadLines: NotRequired[int]
+    repairedLines: NotRequired[int]
     sourceBytes: int
     totalBytes: int
     sessionId: NotRequired[str | None]
@@ -745,6 +747,8 @@ class ImportSessionsResult(TypedDict):
     hiddenOffBranch: int
     restoredOnBranch: int
     unknownKinds: dict[str, int]
+    unreadLines: NotRequired[int]
+    repairedLines: NotRequired[int]
     sourceBytes: int
     sessions: list[ImportSessionReport]
     truncated: bool

@@ -923,6 +923,10 @@ export interface ImportProgress {
   restoredOnBranch?: number;
   /** Source record kinds the importer does not know, skipped so far. */
   unknownKinds?: { [key: string]: number };
+  /** Source lines skipped unread so far. */
+  unreadLines?: number;
+  /** Source lines read with bytes replaced so far. */
+  repairedLines?: number;
   sourceBytes: number;
   /** Bytes of every source file found (the progress bar's 100 %). */
   totalBytes: number;
@@ -984,6 +988,10 @@ export interface ImportSessionsResult {
   restoredOnBranch: number;
   /** Source record kinds the importer does not know, with how often each was skipped. */
   unknownKinds: { [key: string]: number };
+  /** Source lines skipped unread in the sessions imported (or that would be): not JSON, or over the line size limit; each session's files[].badLines / oversizedLines say where. */
+  unreadLines?: number;
+  /** Source lines read with bytes that are not UTF-8 replaced by U+FFFD (files[].repairedLines). */
+  repairedLines?: number;
   /** Bytes of source files read. */
   sourceBytes: number;
   /** Per-session reports, refused ones first; at most 1000. */
