@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 17
+IMPORT_RULES = 18
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -173,7 +173,8 @@ subagent; a re-import gives the main transcript's line back. 16 = Claude Code: a
 (a ``queued_command`` attachment line, which has no ``user`` line) is a ``user`` message; it was counted as a skipped
 attachment. 17 = a source line holding bytes that are not UTF-8 is read with U+FFFD in their place (as the
 tools' own loaders read it; counted as ``repairedLines``); it was a bad line, its message missing (and in a pi file the
-turns after it moved off the transcript: their parent was missing)."""
+turns after it moved off the transcript: their parent was missing). 18 = Codex: an image the model made
+(``image_generation_call``) is an image attachment of its response's assistant message; it was counted as skipped."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

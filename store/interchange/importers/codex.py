@@ -10,8 +10,9 @@ What becomes what:
   kept in meta), ``developer``/``system`` and the harness-injected user items
   (``<environment_context>``, AGENTS.md instructions, ``<subagent_notification>``) → ``system`` notices;
 * ``reasoning`` → a ``thinking`` block (summary text) with
-  ``encrypted_content`` as bounded replay state; reasoning, assistant text and
-  ``web_search_call`` (a ``hostedSearch`` block) of one model response form
+  ``encrypted_content`` as bounded replay state; reasoning, assistant text,
+  ``web_search_call`` (a ``hostedSearch`` block) and ``image_generation_call``
+  (the image the model made: an image attachment) of one model response form
   one assistant message (a response ends at its usage report or a tool output);
 * ``function_call`` / ``custom_tool_call`` / ``local_shell_call`` /
   ``tool_search_call`` → a ``tool`` message completed by the matching
@@ -101,7 +102,7 @@ ITEM_TYPES = frozenset({
     "message", "reasoning", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
     "local_shell_call", "web_search_call", "tool_search_call", "tool_search_output",
 })
-SKIPPED_ITEMS = frozenset({"ghost_snapshot", "image_generation_call", "agent_message"})
+SKIPPED_ITEMS = frozenset({"ghost_snapshot", "agent_message"})
 SKIPPED_TOP = frozenset({"world_state", "inter_agent_communication_metadata"})
 CALL_TYPES = {"function_call": "function", "custom_tool_call": "custom", "local_shell_call": "local_shell",
               "tool_search_call": "tool_search"}
@@ -114,6 +115,15 @@ a spawned agent's result, injected into its parent thread when it finishes)."""
 TEXT_TYPES = frozenset({"input_text", "output_text", "text", "refusal"})
 _UUID_TAIL = re.compile(r"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$")
 _DATA_URL = re.compile(r"^data:([\w.+/-]{1,100});base64,", re.ASCII)
+_IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
+
+
+def _image_type(data: bytes) -> str | None:
+    """The image type of ``data`` by its first bytes (PNG, JPEG, GIF, WebP); None: not one of those."""
+    for magic, mime in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return mime
+    return "image/webp" if data[:4] == b"RIFF" and data[8:12] == b"WEBP" else None
 SEARCH_KINDS = {"search": "search", "open_page": "openPage", "find_in_page": "findInPage"}
 FAILED_STATUSES = frozenset({"failed", "declined"})
 """``CommandExecution`` item statuses that mean the command did not succeed (Codex
@@ -550,6 +560,8 @@ class _Converter:
             self.reasoning(item, msg_id, ts, length)
         elif kind == "web_search_call":
             self.group_slot(msg_id, ts, length).record["blocks"].append(self.search_block(item, line_id))
+        elif kind == "image_generation_call":
+            self.generated_image(item, msg_id, ts, length)
         elif isinstance(kind, str) and kind in CALL_TYPES:
             self.call(item, kind, msg_id, ts, length)
         elif kind in OUTPUT_TYPES:
@@ -624,6 +636,28 @@ class _Converter:
         self.report.attachments += 1
         return {"type": "attachment", "kind": "image", "name": name, "ref": blob.ref, "mimeType": blob.mime_type,
                 "size": blob.size}
+
+    def generated_image(self, item: Mapping[str, Any], msg_id: str, ts: int | None, length: int) -> None:
+        """An image the model made with Codex's image generation tool: the item's ``result`` is the image
+        (base64) and joins its response's assistant message as an image attachment (its bytes to the blob
+        sink). An item without an image (failed, cut, not an image) is counted as skipped."""
+        data = item.get("result")
+        if isinstance(data, str) and len(data) * 3 // 4 > self.ctx.limits.max_image_bytes:
+            self.report.skipped_blocks["image(too large)"] += 1
+            return
+        try:
+            raw = base64.b64decode(data, validate=True) if isinstance(data, str) and data else b""
+        except (binascii.Error, ValueError):
+            raw = b""
+        mime = _image_type(raw)
+        if mime is None:
+            self.file.skipped["response_item/image_generation_call(no image)"] += 1
+            return
+        group = self.group_slot(msg_id, ts, length)
+        blob = self.ctx.blobs.add(raw, mime, group.record["id"])
+        self.report.attachments += 1
+        group.record["blocks"].append({"type": "attachment", "kind": "image", "name": "generated-image",
+                                       "ref": blob.ref, "mimeType": blob.mime_type, "size": blob.size})
 
     def reasoning(self, item: Mapping[str, Any], msg_id: str, ts: int | None, length: int) -> None:
         texts: list[str] = []
