@@ -83,8 +83,8 @@ class ImportSessionsResult(Result):
         default=0, description="Source lines skipped unread in the sessions imported (or that would be): not JSON, "
         "or over the line size limit; each session's files[].badLines / oversizedLines say where.")
     repaired_lines: Count = Field(
-        default=0, description="Source lines read with bytes that are not UTF-8 replaced by U+FFFD "
-        "(files[].repairedLines).")
+        default=0, description="Source lines read with U+FFFD in place of bytes that are not UTF-8 or of a lone "
+        "surrogate escape (files[].repairedLines).")
     source_bytes: Count = Field(description="Bytes of source files read.")
     sessions: list[ImportSessionReport] = Field(
         description=f"Per-session reports, refused ones first; at most {MAX_IMPORT_REPORTS}."

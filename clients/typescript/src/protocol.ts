@@ -990,7 +990,7 @@ export interface ImportSessionsResult {
   unknownKinds: { [key: string]: number };
   /** Source lines skipped unread in the sessions imported (or that would be): not JSON, or over the line size limit; each session's files[].badLines / oversizedLines say where. */
   unreadLines?: number;
-  /** Source lines read with bytes that are not UTF-8 replaced by U+FFFD (files[].repairedLines). */
+  /** Source lines read with U+FFFD in place of bytes that are not UTF-8 or of a lone surrogate escape (files[].repairedLines). */
   repairedLines?: number;
   /** Bytes of source files read. */
   sourceBytes: number;
