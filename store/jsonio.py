@@ -291,7 +291,7 @@ def dumps_line(record: Mapping[str, Any]) -> bytes:
     return line
 
 
-def loads_line(line: bytes) -> dict[str, Any]:
+def loads_line(line: bytes | memoryview) -> dict[str, Any]:
     """Parse one transcript line; ``ValueError`` if it is not a JSON object."""
     value = orjson.loads(line)
     if not isinstance(value, dict):

@@ -64,6 +64,7 @@ _FLAG_BITS = 2
 _SEQ_TAILS = {0: b',"seq":%d},', _CLOSE_META: b'},"seq":%d},'}
 _TURN_TAILS = {0: b',"seq":%d,"turnId":%b},', _CLOSE_META: b'},"seq":%d,"turnId":%b},'}
 """What follows a described line's cut, by its close-meta flag (each message ends with a comma)."""
+_NL = ord("\n")
 _CORRUPT: dict[str, Any] = {"type": "message", "id": None, "corrupt": True}
 
 
@@ -101,8 +102,10 @@ def describe_line(line: bytes, record: Mapping[str, Any]) -> tuple[int | None, i
     return (len(line) - len(tail)) << _FLAG_BITS | flags, crc
 
 
-def project_line(line: bytes, row: Row, content_limit: int | None, *, target: bool = False) -> dict[str, Any]:
-    """The slow path: one line parsed and projected as a ``session.get`` message."""
+def project_line(line: bytes | memoryview, row: Row, content_limit: int | None, *,
+                 target: bool = False) -> dict[str, Any]:
+    """The slow path: one line parsed and projected as a ``session.get`` message (``line``: its bytes, not
+    copied: a line of tens of MiB read for a page cut to ``contentLimit`` is held once, and its parse)."""
     try:
         rec = wire_record(loads_line(line))
     except ValueError:
@@ -154,14 +157,15 @@ def encode_window(path: Path, session: Mapping[str, Any], rows: Sequence[Row], c
                   *, start: int, end: int, total: int, content_limit: int | None,
                   target_pos: int | None = None,
                   evicted: Mapping[int, frozenset[str]] | None = None,
-                  fd: int | None = None) -> tuple[bytes, dict[str, Any] | None]:
+                  fd: int | None = None, cut_target: bool = False) -> tuple[bytes, dict[str, Any] | None]:
     """The whole ``session.get`` result as JSON, and the projected ``messageAround`` target (if any).
 
     ``evicted``: seq → evicted attachment refs its line holds (``store.attachments.evicted_marks``);
     those lines take the parsing path and their referring blocks read back marked. ``fd``: ``path``
-    open already (the caller closes it); otherwise it is opened here for the read."""
+    open already (the caller closes it); otherwise it is opened here for the read. ``cut_target``: the
+    ``messageAround`` target is capped like any message (its line alone is over the page's budget)."""
     pieces: list[Any] = [b'{"session":', orjson.dumps(dict(session)), b',"messages":[']
-    target = _encode_messages(pieces, path, rows, content_limit, target_pos, evicted or {}, fd)
+    target = _encode_messages(pieces, path, rows, content_limit, target_pos, evicted or {}, fd, cut_target)
     compactions = [wire_record(normalize_on_read(_loads_or_corrupt(b))) for b in compaction_lines]
     tail = orjson.dumps({
         "compactions": compactions, "messageStart": start, "messageEnd": end,
@@ -179,7 +183,7 @@ def with_field(reply: bytes, key: str, value: Any) -> bytes:
 
 def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content_limit: int | None,
                      target_pos: int | None, evicted: Mapping[int, frozenset[str]],
-                     given: int | None = None) -> dict[str, Any] | None:
+                     given: int | None = None, cut_target: bool = False) -> dict[str, Any] | None:
     """Append the messages' pieces (comma-separated) to ``pieces``; the projected target, if any.
     ``given``: ``path`` open already (left open)."""
     if not rows:
@@ -221,9 +225,8 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
                         else:
                             append(_TURN_TAILS[wire & _CLOSE_META] % (seq, orjson.dumps(turn)))
                         continue
-                line = bytes(span)
-                rec = project_line(line[:-1] if line.endswith(b"\n") else line, row, content_limit,
-                                   target=seq == no_target)
+                rec = project_line(span[:-1] if length and span[-1] == _NL else span, row, content_limit,
+                                   target=seq == no_target and not cut_target)
                 if seq in evicted:
                     mark_evicted(rec, evicted[seq])
                 if seq == no_target:

@@ -24,6 +24,7 @@ from store.indexing import index
 from store.indexing.backlog import CATCH_UP_STEP_BYTES
 from store.indexing.reconcile import ReconcilePlan, clean_plan, open_transcript, plan_catch_up
 from store.jsonio import loads_line
+from store.rules import MAX_REPLY_BYTES
 from store.transcripts.records import blocks_of, cap_content, wire_record
 from store.transcripts.transcript import read_spans, read_transcript
 from store.transcripts.window_reply import encode_window, with_field
@@ -75,6 +76,9 @@ class Window:
     """The encoded ``session.get`` result (``store/transcripts/window_reply.py``)."""
     target: dict[str, Any] | None = None
     """The projected ``messageAround`` target."""
+    alone: bool = False
+    """The page is one message whose line alone is over the budget, served cut to ``contentLimit``
+    (:func:`fit_rows`); its encoded size is checked against the budget once it is encoded."""
 
 
 def read_spans_coalesced(path: Path, spans: Sequence[tuple[int, int]], *, fd: int | None = None) -> list[bytes]:
@@ -160,7 +164,8 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     evicted = attachments.evicted_marks(conn, sid, rows[0][0], rows[-1][0]) if rows and present.evicted else None
     w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=total, content_limit=req.content_limit, target_pos=w.target_pos,
-                                      evicted=evicted, fd=fd)
+                                      evicted=evicted, fd=fd, cut_target=w.alone)
+    check_alone(w, req)
     turns = {r[4] for r in rows if r[4] is not None}
     if w.end >= total and present.turns:  # the newest window: also the turns that have no row yet (asked before
         turns.update(_turns_after(conn, sid, total))  # replying)
@@ -277,12 +282,44 @@ def fit_rows(w: Window, req: WindowRequest, compaction_bytes: int,
                 "it in pages (messageEnd with messageLimit or maxBytes, starting at 0, until hasMoreAfter is false)",
                 data={"limit": budget, "messages": w.end - w.start, "paging": _PAGING})
     if not rows:
+        if req.around is not None and w.target_pos is not None:  # the page a cut window keeps first: the target
+            first = next((r for r in spans(False) if int(r[0]) == w.target_pos + 1), first)
+        if first is not None and req.content_limit is not None:
+            # with contentLimit, a message whose line alone is over the budget comes alone, cut
+            # (check_alone: its encoded size, not its line's, must fit)
+            w.alone = True
+            return [first]
         needed = fixed + (int(first[_LEN]) if first is not None else 0) + PER_MESSAGE_OVERHEAD
+        if needed > MAX_REPLY_BYTES:
+            raise PayloadTooLarge(
+                f"one message of this window is {needed - fixed - PER_MESSAGE_OVERHEAD} bytes, over the largest "
+                f"reply budget ({MAX_REPLY_BYTES} bytes): read it with contentLimit (its content is then cut to "
+                "that many characters)",
+                data={"limit": budget, "size": needed - fixed - PER_MESSAGE_OVERHEAD, "field": "contentLimit",
+                      "paging": _PAGING})
         raise PayloadTooLarge(
             f"one message of this window is larger than the reply budget of {budget} bytes: maxBytes {needed} "
             "holds it (data.needed)",
             data={"limit": budget, "needed": needed, "field": "maxBytes", "paging": _PAGING})
     return sorted(rows)
+
+
+def check_alone(w: Window, req: WindowRequest) -> None:
+    """A page of one message served cut (:attr:`Window.alone`) whose reply is still over ``maxBytes``
+    (what ``contentLimit`` does not cut, or a large ``contentLimit``) is ``PAYLOAD_TOO_LARGE``: with
+    ``data.needed`` when a ``maxBytes`` the params accept holds it, else naming ``contentLimit``."""
+    if not w.alone or req.max_bytes is None or len(w.reply) <= req.max_bytes:
+        return
+    size = len(w.reply)
+    if size <= MAX_REPLY_BYTES:
+        raise PayloadTooLarge(
+            f"the message of this page, cut to contentLimit, is a {size}-byte reply, over the budget of "
+            f"{req.max_bytes} bytes: maxBytes {size} holds it (data.needed)",
+            data={"limit": req.max_bytes, "needed": size, "field": "maxBytes", "paging": _PAGING})
+    raise PayloadTooLarge(
+        f"the message of this page, cut to contentLimit {req.content_limit}, is still a {size}-byte reply, over "
+        f"the largest reply ({MAX_REPLY_BYTES} bytes): a smaller contentLimit cuts more of it",
+        data={"limit": req.max_bytes, "size": size, "field": "contentLimit", "paging": _PAGING})
 
 
 def _first_kept(rows: Sequence[Any], w: Window, req: WindowRequest) -> Any:
@@ -374,7 +411,9 @@ def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any],
     lines = read_spans_coalesced(path, [(c.offset, c.length) for c in comps]) if comps else []
     summary = {**index.public_session(session), "messageCount": w.total}  # the file's count: the row's lags
     w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
-                                      total=w.total, content_limit=req.content_limit, target_pos=w.target_pos)
+                                      total=w.total, content_limit=req.content_limit, target_pos=w.target_pos,
+                                      cut_target=w.alone)
+    check_alone(w, req)
     return w
 
 
