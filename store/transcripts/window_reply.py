@@ -40,6 +40,7 @@ from store.compaction import normalize_on_read
 from store.errors import CorruptData
 from store.fsutil import open_nofollow
 from store.jsonio import loads_line
+from store.transcripts.big_line import BIG_STRING, parse_capped
 from store.transcripts.records import INTERNAL_META, cap_content, projects_new_keys, wire_record
 from store.transcripts.transcript import open_error
 
@@ -105,9 +106,13 @@ def describe_line(line: bytes, record: Mapping[str, Any]) -> tuple[int | None, i
 def project_line(line: bytes | memoryview, row: Row, content_limit: int | None, *,
                  target: bool = False) -> dict[str, Any]:
     """The slow path: one line parsed and projected as a ``session.get`` message (``line``: its bytes, not
-    copied: a line of tens of MiB read for a page cut to ``contentLimit`` is held once, and its parse)."""
+    copied). A line with strings over ``big_line.BIG_STRING`` bytes, read cut, is parsed without them
+    (``big_line.parse_capped``): a line of tens of MiB costs its bytes, not a parse of them."""
+    capped = None
+    if content_limit and not target and len(line) >= BIG_STRING:
+        capped = parse_capped(line, content_limit)
     try:
-        rec = wire_record(loads_line(line))
+        rec = wire_record(loads_line(line) if capped is None else capped[0])
     except ValueError:
         rec = dict(_CORRUPT)
     if row[DELETED]:
@@ -115,7 +120,10 @@ def project_line(line: bytes | memoryview, row: Row, content_limit: int | None, 
     rec["seq"] = row[SEQ]
     if row[TURN] is not None:
         rec.setdefault("turnId", row[TURN])
-    return cap_content(rec, content_limit, selected=target)  # the messageAround target's text is shown whole
+    out = cap_content(rec, content_limit, selected=target)  # the messageAround target's text is shown whole
+    if capped is not None and capped[1]:
+        out["truncated"] = True  # a text block parse_capped cut already
+    return out
 
 
 def _chunks(rows: Sequence[Row]) -> list[tuple[int, int, int, int]]:

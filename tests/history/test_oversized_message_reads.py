@@ -10,14 +10,20 @@ names ``contentLimit``, never a ``maxBytes`` the params refuse."""
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
+from store.jsonio import loads_line
 from store.rules import MAX_REPLY_BYTES
+from store.transcripts.big_line import BIG_STRING, parse_capped
+from store.transcripts.records import cap_content, wire_record
+from store.transcripts.window_reply import Row, project_line
 from tests.hostkit import client_for, inprocess_host, msg
 
 BIG = 17 * 1024 * 1024
@@ -112,3 +118,95 @@ async def test_without_content_limit_the_error_names_content_limit_not_an_unacce
                 await c.call("session.get", {"sessionId": sid, "messageBefore": 2, "contentLimit": 1 << 30})
             assert raised.value.data_code == "PAYLOAD_TOO_LARGE" and raised.value.data["field"] == "contentLimit"
             assert "needed" not in raised.value.data
+
+
+# ------------------------------------------------------- the parse of a large line read cut (store level)
+
+_ROW: Row = (5, 0, 0, 0, "t1", None, None)
+_UNIT = 'a"b\\c\n\t/ é漢😀\x01'  # escapes, UTF-8 of 2-4 bytes, a surrogate pair when escaped, a control character
+_LONG = _UNIT * 9000  # over BIG_STRING bytes in either spelling
+
+
+def _whole(line: bytes, limit: int) -> dict[str, Any]:
+    """The projection as a parse of the whole line gives it (the reference)."""
+    try:
+        rec = wire_record(loads_line(line))
+    except ValueError:
+        rec = {"type": "message", "id": None, "corrupt": True}
+    rec["seq"] = _ROW[0]
+    rec.setdefault("turnId", _ROW[4])
+    return cap_content(rec, limit)
+
+
+def _records() -> list[dict[str, Any]]:
+    base = {"type": "message", "id": "m9", "role": "assistant", "createdAt": "2026-01-01T00:00:00.000Z"}
+    return [
+        {**base, "blocks": [{"type": "text", "text": _LONG}]},
+        {**base, "blocks": [{"type": "thinking", "text": _LONG[3:]}, {"type": "text", "text": "short"},
+                            {"type": "text", "text": _LONG[:-5]}]},
+        {**base, "role": "tool", "blocks": [
+            {"type": "tool_call", "name": "Write", "callId": "c1", "args": {"path": "x", "content": _LONG},
+             "result": [{"k": _LONG}, 3]},
+            {"type": "tool_call", "name": "Read", "callId": "c2", "args": _LONG, "result": _LONG[1:]}]},
+        {**base, "blocks": [{"type": "text", "text": "small"}], "meta": {"note": _LONG}},  # not cut: whole parse
+        {**base, "blocks": [{"type": "picture", "data": _LONG}]},  # an unknown block's field: whole parse
+        {**base, "blocks": [{"type": "text", "text": _LONG}], "meta": {"receipt": {"k": "v"}, "note": "y"}},
+    ]
+
+
+@pytest.mark.parametrize("limit", [1, 7, 1000, 50_000])
+@pytest.mark.parametrize("ascii_only", [False, True])
+def test_a_large_line_read_cut_is_projected_as_a_whole_parse_projects_it(limit: int, ascii_only: bool) -> None:
+    """``parse_capped`` leaves a line's large strings out of the parse; what it gives is exactly the whole
+    parse's projection (text, fullLength, truncated marks, args/result cut as compact JSON), and a large
+    string where nothing cuts it is parsed whole."""
+    for i, record in enumerate(_records()):
+        line = json.dumps(record, ensure_ascii=True).encode() if ascii_only else orjson.dumps(record)
+        assert len(line) >= BIG_STRING
+        if limit <= 1000:  # the strings over BIG_STRING sit where the cap cuts: not parsed (else: parsed whole)
+            assert (parse_capped(line, limit) is None) == (i in (3, 4))
+        assert project_line(line, _ROW, limit) == _whole(line, limit)
+        assert project_line(memoryview(line), _ROW, limit) == _whole(line, limit)
+
+
+@pytest.mark.parametrize("ascii_only", [False, True])
+def test_a_line_of_several_chunks_counts_its_characters_across_the_chunk_ends(ascii_only: bool) -> None:
+    """Over a MiB, a string is counted in chunks: escapes, UTF-8 sequences and surrogate pairs that a
+    chunk end would split are counted once, as a whole parse counts them."""
+    for shift in range(4):
+        text = "x" * shift + _UNIT * 120_000
+        record = {"type": "message", "id": "m9", "role": "user", "blocks": [{"type": "text", "text": text}]}
+        line = json.dumps(record, ensure_ascii=True).encode() if ascii_only else orjson.dumps(record)
+        assert parse_capped(line, 7) is not None
+        got = project_line(line, _ROW, 7)
+        assert got == _whole(line, 7) and got["blocks"][0]["fullLength"] == len(text)
+
+
+def test_a_large_line_that_is_not_valid_json_text_reads_as_a_whole_parse_reads_it() -> None:
+    """A lone surrogate, a bad escape, a raw control character or bad UTF-8 past the part read: the
+    parse of the whole line refuses it (a corrupt placeholder), and so does the cut one."""
+    head = b'{"type":"message","id":"x","role":"user","blocks":[{"type":"text","text":"'
+    bad_ones = (b"\\ud800", b"\\udc00x", b"\\q",
+                b"\\u12zz", b"\\", b"\x01", b"\xff", b"\\ud83d\\u0041", b"\xed\xa0\x80")
+    for bad in bad_ones:
+        line = head + b"a" * 100_000 + bad + b'"}]}'
+        assert project_line(line, _ROW, 10) == _whole(line, 10) and _whole(line, 10)["corrupt"] is True
+    good = head + b"a" * 100_000 + b'\\u0041\\ud83d\\ude00\\u00e9"}]}'
+    assert project_line(good, _ROW, 10) == _whole(good, 10)
+    assert project_line(good, _ROW, 10)["blocks"][0]["fullLength"] == 100_003
+
+
+def test_a_large_line_read_cut_costs_less_memory_than_its_own_bytes() -> None:
+    """Parsed whole, a line costs some 14 times its bytes while it is parsed (the parser sizes its work
+    by its input) and its text besides: the line of a 17 MiB message briefly held 240 MiB to show 1000
+    characters. Read cut, it costs less than its own bytes (they are read once, by the caller)."""
+    line = orjson.dumps({"type": "message", "id": "m1", "role": "assistant",
+                         "blocks": [{"type": "text", "text": TEXT}]})
+    tracemalloc.start()
+    try:
+        got = project_line(line, _ROW, 1000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got["blocks"][0]["text"] == TEXT[:1000] and got["blocks"][0]["fullLength"] == len(TEXT)
+    assert peak < len(line) // 4, peak
