@@ -4,26 +4,23 @@ and each turn read once per op, not once per message (``store.indexing.index.ind
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
 import pytest
 
 from store.errors import CorruptData
 from store.indexing import index
 from store.indexing.index import IndexRecord
-from store.upgrade.schema import apply_schema, message_mid
+from store.upgrade.schema import message_mid
 
 
 @pytest.fixture
-def conn(tmp_path: Path) -> sqlite3.Connection:
-    c = sqlite3.connect(tmp_path / "i.sqlite", isolation_level=None)
-    c.execute("PRAGMA foreign_keys = ON")
-    apply_schema(c)
+def conn(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """The shared fresh database (tests/dbkit.py) with sessions ``a`` and ``b``."""
     for sid in ("a", "b"):
-        index.insert_session(c, sid, now_ms=1)
-    c.execute("INSERT INTO turns(id, session_id, started_at, status) VALUES ('ta', 'a', 1, 'running')")
-    c.execute("INSERT INTO turns(id, session_id, started_at, status) VALUES ('tb', 'b', 1, 'running')")
-    return c
+        index.insert_session(conn, sid, now_ms=1)
+    conn.execute("INSERT INTO turns(id, session_id, started_at, status) VALUES ('ta', 'a', 1, 'running')")
+    conn.execute("INSERT INTO turns(id, session_id, started_at, status) VALUES ('tb', 'b', 1, 'running')")
+    return conn
 
 
 def _rec(mid: str, text: str, offset: int, *, turn: str | None = None, seq: int | None = None) -> IndexRecord:

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
 import pytest
 
 from store.indexing import index
 from store.indexing.index import IndexRecord
-from store.upgrade.schema import apply_schema
 
 
 @pytest.fixture
-def conn(tmp_path: Path) -> sqlite3.Connection:
-    c = sqlite3.connect(tmp_path / "i.sqlite", isolation_level=None)
-    c.execute("PRAGMA foreign_keys = ON")
-    apply_schema(c)
+def conn(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """The shared fresh database (tests/dbkit.py) with sessions ``a`` and ``b``."""
     for sid in ("a", "b"):
-        index.insert_session(c, sid, now_ms=1)
-    return c
+        index.insert_session(conn, sid, now_ms=1)
+    return conn
 
 
 def _rec(mid: str, text: str) -> IndexRecord:
