@@ -27,9 +27,7 @@ from store.rules import (  # noqa: E402 - re-exported for the models
     MAX_CURSOR_CHARS,
     MAX_IDS_PER_CALL,
     MAX_MESSAGES_PER_REPLACE,
-    MAX_PATH_BYTES,
     MAX_PATH_CHARS,
-    MAX_PATH_COMPONENT_BYTES,
     MAX_QUERY_CHARS,
     MAX_REF_CHARS,
     MAX_REPLY_BYTES,
@@ -45,6 +43,7 @@ from store.rules import (  # noqa: E402 - re-exported for the models
     SESSION_REF_RE,
     WIRE_ID_RE,
     is_absolute_path,
+    path_problem,
 )
 
 __all__ = [
@@ -147,13 +146,9 @@ Cursor = Annotated[
 ]
 def _check_fs_path(value: str) -> str:
     """No NUL, at most 4096 UTF-8 bytes, no component over 255 bytes (else INVALID_PARAMS, not an OSError)."""
-    if "\x00" in value:
-        raise ValueError("a path must not contain a NUL character")
-    raw = value.encode("utf-8", "surrogatepass")
-    if len(raw) > MAX_PATH_BYTES:
-        raise ValueError(f"a path must be at most {MAX_PATH_BYTES} bytes of UTF-8")
-    if any(len(part) > MAX_PATH_COMPONENT_BYTES for part in raw.split(b"/")):
-        raise ValueError(f"a path component must be at most {MAX_PATH_COMPONENT_BYTES} bytes")
+    problem = path_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 

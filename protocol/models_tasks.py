@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from .models_common import (
+    MAX_REF_CHARS,
     MAX_TEXT_FIELD,
     ErrorCode,
     JsonObject,
@@ -36,8 +37,10 @@ RunAt = Annotated[str, Field(
     description="RFC 3339 timestamp in UTC with milliseconds, e.g. 2026-07-27T08:30:00.000Z.",
     pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")]
 Weekday = Annotated[int, Field(ge=0, le=6, description="0 = Sunday ... 6 = Saturday.")]
-WorkspacePath = ProjectPath  # no NUL, at most 4096 bytes: refused as INVALID_PARAMS, never an OSError at run time
-ProviderRef = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+# The same rules hold for these keys inside ``config`` (store/tasks.py checks them with store/rules.py's
+# path_problem and text_problem, on the same bounds): a value newly written there is refused as at the top level.
+WorkspacePath = ProjectPath  # 1-4096 chars, no NUL, at most 4096 bytes: INVALID_PARAMS, never an OSError at run time
+ProviderRef = Annotated[str, StringConstraints(min_length=1, max_length=MAX_REF_CHARS)]
 
 
 class TaskSchedule(Result):

@@ -212,6 +212,33 @@ def is_absolute_path(path: str) -> bool:
     return p.startswith("/") or bool(DRIVE_RE.match(p))
 
 
+def path_problem(value: str) -> str | None:
+    """Why ``value`` is no filesystem path a client may send (a NUL, over ``MAX_PATH_BYTES`` UTF-8 bytes,
+    a component over ``MAX_PATH_COMPONENT_BYTES``), else ``None``: refused as INVALID_PARAMS, never an
+    OSError later. The wire's path types and a task's ``config.workspacePath`` check this one rule."""
+    if "\x00" in value:
+        return "a path must not contain a NUL character"
+    raw = value.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_PATH_BYTES:
+        return f"a path must be at most {MAX_PATH_BYTES} bytes of UTF-8"
+    if any(len(part) > MAX_PATH_COMPONENT_BYTES for part in raw.split(b"/")):
+        return f"a path component must be at most {MAX_PATH_COMPONENT_BYTES} bytes"
+    return None
+
+
+def text_problem(value: object, max_chars: int) -> str | None:
+    """Why ``value`` is not a string of 1..``max_chars`` characters (a wire field declared with
+    ``StringConstraints(min_length=1, max_length=max_chars)``), else ``None``. The store checks a value
+    that reaches it another way (inside a JSON object) with the same bound."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if not value:
+        return "must not be empty"
+    if len(value) > max_chars:
+        return f"must be at most {max_chars} characters"
+    return None
+
+
 # ---------------------------------------------------------------------- credential detection
 # A run environment snapshot must hold credential *references*, never values
 # (seed 000 §4). A fixed list of keys misses ``Proxy-Authorization``, a key

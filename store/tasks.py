@@ -58,7 +58,7 @@ from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteracti
 from store.indexing.group_commit import is_key_conflict
 from store.jsonio import Readable, loads_stored, readable, stored_value
 from store.newest_kept import delete_past_newest
-from store.rules import MAX_PATH_CHARS, not_ended_sql
+from store.rules import MAX_PATH_CHARS, MAX_REF_CHARS, not_ended_sql, path_problem, text_problem
 from store.stamps import after_newest
 
 __all__ = [
@@ -102,6 +102,10 @@ SCHEDULED_CADENCES = ("hourly", *CALENDAR_CADENCES)
 # config_json keys the wire projects to the top level of a task (and accepts there on input).
 PROJECTED_KEYS = ("schedule", "weekdays", "workspacePath", "permissionMode", "providerId", "modelId",
                   "thinkingLevel", "calendarConfigured")
+# The projected keys that are strings, with the bound of the same field at the top level of the params
+# (protocol/models_tasks.py: WorkspacePath, ProviderRef); workspacePath is a path too (rules.path_problem).
+_TEXT_KEYS = (("workspacePath", MAX_PATH_CHARS), ("providerId", MAX_REF_CHARS), ("modelId", MAX_REF_CHARS))
+_TEXT_NAMES = frozenset(k for k, _ in _TEXT_KEYS)
 Trigger = Literal["manual", "schedule"]
 
 
@@ -119,8 +123,14 @@ def normalize_mode(value: Any) -> str:
     return str(value)
 
 
-def normalize_config(config: Mapping[str, Any] | None, cadence: str) -> dict[str, Any]:
-    """Validate the known keys of ``config_json``; unknown keys are kept as sent."""
+def normalize_config(config: Mapping[str, Any] | None, cadence: str, *,
+                     stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Validate the known keys of ``config_json``; unknown keys are kept as sent.
+
+    ``stored`` is the task's config before an update: a string key still holding the value stored there is
+    not checked again, so a row an older build wrote (``workspacePath: ""``) still reads and updates, while
+    a value newly written meets the rule of the same field at the top level of the params.
+    """
     out = dict(config or {})
     out["mode"] = normalize_mode(out.get("mode"))
     schedule = out.get("schedule")
@@ -143,16 +153,19 @@ def normalize_config(config: Mapping[str, Any] | None, cadence: str) -> dict[str
         raise _bad(f"thinkingLevel must be one of {', '.join(_THINKING)}", "config.thinkingLevel")
     if out.get("calendarConfigured") is not None and type(out["calendarConfigured"]) is not bool:
         raise _bad("calendarConfigured must be a boolean", "config.calendarConfigured")
-    workspace = out.get("workspacePath")
-    if workspace is not None and not isinstance(workspace, str):
-        raise _bad("workspacePath must be a string", "config.workspacePath")
-    if isinstance(workspace, str) and ("\x00" in workspace or len(workspace) > MAX_PATH_CHARS):
-        raise _bad(f"workspacePath must be a path: no NUL character, at most {MAX_PATH_CHARS} characters",
-                   "config.workspacePath")
-    for key in ("providerId", "modelId"):
-        if out.get(key) is not None and not isinstance(out[key], str):
-            raise _bad(f"{key} must be a string", f"config.{key}")
-    if (out.get("providerId") is None) != (out.get("modelId") is None):
+    for key, max_chars in _TEXT_KEYS:
+        value = out.get(key)
+        if value is None or (stored is not None and key in stored and stored[key] == value):
+            continue
+        problem = text_problem(value, max_chars)
+        if problem is None and key == "workspacePath":
+            problem = path_problem(value)
+        if problem is not None:
+            raise _bad(f"{key} {problem}" if problem.startswith("must") else f"{key}: {problem}", f"config.{key}")
+    if (out.get("providerId") is None) != (out.get("modelId") is None) or (
+            any(stored is None or out.get(k) != stored.get(k) for k in ("providerId", "modelId"))
+            and bool(out.get("providerId")) != bool(out.get("modelId"))):
+        # Paired; when either is newly written a stored blank one counts as unset.
         raise _bad("providerId and modelId must be set together", "config.modelId")
     if cadence not in CADENCES:
         raise _bad(f"cadence must be one of {', '.join(CADENCES)}", "cadence")
@@ -234,19 +247,32 @@ def rfc3339(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _text_values(config: Mapping[str, Any]) -> dict[str, str]:
+    """The set string keys: a blank one (an older build stored ``""``) reads as unset, like a missing one
+    (§4.11: missing model fields keep the app default at run time), and providerId/modelId only as a pair."""
+    out = {k: v for k, v in ((k, config.get(k)) for k, _ in _TEXT_KEYS) if isinstance(v, str) and v}
+    if "providerId" not in out or "modelId" not in out:
+        out.pop("providerId", None)
+        out.pop("modelId", None)
+    return out
+
+
 def to_wire(task: Mapping[str, Any]) -> dict[str, Any]:
     """The §4.11 wire task: RFC 3339 ``nextRunAt`` and the projected config keys at the top level.
 
     ``config`` stays on the wire as stored (older clients read it) without its
-    internal integer ``nextRunAt``.
+    internal integer ``nextRunAt``; a blank workspacePath, providerId or modelId is not projected.
     """
     config = {k: v for k, v in task["config"].items() if k != "nextRunAt"}
     out = {k: v for k, v in task.items() if k not in ("config", "nextRunAt")}
     out["config"] = config
     if isinstance(task.get("nextRunAt"), int):
         out["nextRunAt"] = rfc3339(task["nextRunAt"])
+    text = _text_values(config)
     for key in PROJECTED_KEYS:
-        if key != "calendarConfigured" and config.get(key) is not None:
+        if key in text:
+            out[key] = text[key]
+        elif key != "calendarConfigured" and key not in _TEXT_NAMES and config.get(key) is not None:
             out[key] = config[key]
     out["calendarConfigured"] = calendar_intent(task["cadence"], config) is True
     return out
@@ -257,16 +283,14 @@ def run_settings(task: Mapping[str, Any], *, trigger: Trigger) -> dict[str, Any]
 
     A missing permission keeps the legacy behaviour: ``ask`` for an automatic
     (scheduled) run, ``inherit`` for Run now. A missing or cleared thinking
-    level is ``off`` for both. Missing model fields stay absent (the app
-    default is resolved at run time).
+    level is ``off`` for both. Missing (or blank) model fields stay absent
+    (the app default is resolved at run time).
     """
     config = task["config"]
     permission = config.get("permissionMode") or ("ask" if trigger == "schedule" else "inherit")
     out: dict[str, Any] = {"trigger": trigger, "mode": task["mode"], "permissionMode": permission,
                            "thinkingLevel": config.get("thinkingLevel") or "off"}
-    for key in ("providerId", "modelId", "workspacePath"):
-        if isinstance(config.get(key), str):
-            out[key] = config[key]
+    out.update(_text_values(config))
     return out
 
 
@@ -369,7 +393,7 @@ def update_task(conn: sqlite3.Connection, task_id: str, patch: Mapping[str, Any]
             config[key] = value
     if "mode" in patch:
         config["mode"] = patch["mode"]
-    cfg = normalize_config(config, cadence)
+    cfg = normalize_config(config, cadence, stored=cur["config"])
     old_cfg = dict(cur["config"])
     explicit = "calendarConfigured" in keys or "calendarConfigured" in patch.get("config", {})
     old_intent = calendar_intent(cur["cadence"], old_cfg)

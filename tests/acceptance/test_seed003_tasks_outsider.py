@@ -117,7 +117,9 @@ async def test_bad_task_input_is_refused_with_a_clear_code_and_changes_nothing(s
             bad += [{"config": {"schedule": s}} for s in BAD_SCHEDULES]
             bad += [{"cadence": "yearly"}, {"cadence": "Daily"}, {"mode": "autopilot"}, {"permissionMode": "root"},
                     {"thinkingLevel": "extreme"}, {"providerId": "p-only"}, {"modelId": "m-only"},
-                    {"title": ""}, {"prompt": ""}, {"enabled": "yes"}, {"config": "mode=agent"}]
+                    {"title": ""}, {"prompt": ""}, {"enabled": "yes"}, {"config": "mode=agent"},
+                    {"config": {"workspacePath": ""}}, {"config": {"providerId": "", "modelId": "m"}},
+                    {"config": {"providerId": "p", "modelId": ""}}]
             for extra in bad:
                 assert await code_of(c, "tasks.create", {**base, **extra}) == "INVALID_PARAMS", extra
             for task_id in ("a b", "", "x" * 201, "t\u00e9"):
