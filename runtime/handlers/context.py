@@ -33,8 +33,10 @@ async def _check_whole_read(ctx: SessionContext, method: str) -> None:
     if ctx.file_len > MAX_WHOLE_READ_BYTES:
         raise PayloadTooLarge(
             f"{method} reads the whole transcript ({ctx.file_len} bytes), over the limit of {MAX_WHOLE_READ_BYTES}: "
-            "read it in pages with session.get (messageEnd + maxBytes), or compact the session",
-            data={"limit": MAX_WHOLE_READ_BYTES, "size": ctx.file_len, "paging": ["messageEnd", "maxBytes"]})
+            "read it in pages with session.get (messageEnd + maxBytes; contentLimit cuts a message that is alone "
+            "over the reply limit), or compact the session",
+            data={"limit": MAX_WHOLE_READ_BYTES, "size": ctx.file_len,
+                  "paging": ["messageEnd", "maxBytes", "contentLimit"]})
 
 
 async def context(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | None) -> Any:

@@ -222,7 +222,7 @@ def newest_read_target(conn: sqlite3.Connection) -> str | None:
 
 PER_MESSAGE_OVERHEAD = 64
 """Bytes a projected message may add to its transcript line (``seq``, ``deleted``, ``turnId``, commas)."""
-_PAGING = ["messageBefore", "messageEnd", "messageLimit", "maxBytes"]
+_PAGING = ["messageBefore", "messageEnd", "messageLimit", "maxBytes", "contentLimit"]
 _LEN = 2  # index of the line length in a window_spans row
 
 
@@ -279,7 +279,8 @@ def fit_rows(w: Window, req: WindowRequest, compaction_bytes: int,
         if whole:
             raise PayloadTooLarge(
                 f"the whole transcript ({w.end - w.start} messages) is over the reply limit of {budget} bytes: read "
-                "it in pages (messageEnd with messageLimit or maxBytes, starting at 0, until hasMoreAfter is false)",
+                "it in pages (messageEnd with messageLimit or maxBytes, starting at 0, until hasMoreAfter is false; "
+                "contentLimit cuts a message that is alone over the limit)",
                 data={"limit": budget, "messages": w.end - w.start, "paging": _PAGING})
     if not rows:
         if req.around is not None and w.target_pos is not None:  # the page a cut window keeps first: the target
