@@ -158,7 +158,8 @@ async def test_whole_history_read_is_capped_and_streams_in_pages(tmp_path: Path)
                 with pytest.raises(RpcError) as exc:
                     await c.call("session.get", {"sessionId": sid, **params})
                 assert exc.value.data_code == "PAYLOAD_TOO_LARGE"
-                assert "messageEnd" in exc.value.data["paging"] and exc.value.data["limit"] == 1 << 20
+                assert {"messageEnd", "maxBytes", "contentLimit"} <= set(exc.value.data["paging"])
+                assert exc.value.data["limit"] == 1 << 20
             seen: list[str] = []
             end, pages = 0, 0
             while True:
