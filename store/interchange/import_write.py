@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 18
+IMPORT_RULES = 19
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -174,7 +174,10 @@ subagent; a re-import gives the main transcript's line back. 16 = Claude Code: a
 attachment. 17 = a source line holding bytes that are not UTF-8 is read with U+FFFD in their place (as the
 tools' own loaders read it; counted as ``repairedLines``); it was a bad line, its message missing (and in a pi file the
 turns after it moved off the transcript: their parent was missing). 18 = Codex: an image the model made
-(``image_generation_call``) is an image attachment of its response's assistant message; it was counted as skipped."""
+(``image_generation_call``) is an image attachment of its response's assistant message; it was counted as skipped.
+19 = what a person saw in the other tool and an import dropped is kept: Codex ``error``, ``turn_aborted`` and
+``exited_review_mode`` (a review's findings) events are ``system`` notices (``meta.importedKind`` ``codex/<event>``,
+the findings also as ``meta.review``); they were counted as skipped events."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -95,7 +95,8 @@ EXPECTED: dict[str, Expect] = {
         Expect({"system": 2, "user": 1, "assistant": 1}, roots=0),
     # seven session_meta lines, six compacted records, repeated trimmed call ids
     "codex/agent-sessions_CURATED_schema_coverage_compacted.jsonl":
-        Expect({"user": 1, "assistant": 4, "tool": 7, "system": 1}, tool_calls=6, results=5, unpaired=1, orphans=1,
+        # system: an injected context item, 3 review results, an error, an aborted turn (import rules 19)
+        Expect({"user": 1, "assistant": 4, "tool": 7, "system": 6}, tool_calls=6, results=5, unpaired=1, orphans=1,
                thinking=2, compactions=6, roots=0, skipped_blocks={"input_image(not inline)": 2}),
     "codex/codemie_exec-0.77.0_shell_reasoning_ghost_snapshot.jsonl":
         Expect({"system": 2, "user": 1, "assistant": 3, "tool": 3}, tool_calls=3, results=3, thinking=3, roots=0),

@@ -29,6 +29,9 @@ What becomes what:
   ``token_count`` event's ``last_token_usage`` — one report per response;
 * ``thread_settings_applied`` carries the model and provider like ``turn_context``;
 * ``compacted`` → a compaction checkpoint (``message`` is the summary);
+* events a person saw in Codex's transcript view: ``error`` (its message), ``turn_aborted`` (the reason) and
+  ``exited_review_mode`` (a review's verdict and findings, rendered as Codex lists them; the structure as
+  ``meta.review``) → ``system`` notices with ``meta.importedKind`` ``codex/<event>``;
 * ``session_meta`` (the first one) names the session and its cwd;
   ``turn_context`` carries the model; ``ghost_snapshot``, ``world_state`` and
   the other bookkeeping kinds are counted as skipped, unknown kinds as
@@ -82,6 +85,7 @@ from store.interchange.importers.common import (
     Slot,
     SourceUnit,
     bounded_replay,
+    bounded_value,
     file_report,
     finalize,
     join_id,
@@ -438,7 +442,8 @@ class _Converter:
         elif kind == "compacted":
             self.compacted(payload, self.line_id(rec, offset), ts)
         elif kind == "event_msg":
-            self.event(payload)
+            if not self.notice_event(payload, rec, offset, length, ts):
+                self.event(payload)
         elif kind in SKIPPED_TOP:
             self.file.skipped[kind_name] += 1
         else:
@@ -510,6 +515,40 @@ class _Converter:
         child_sid = session_id_for(SOURCE, child)
         if (slot.record.get("meta") or {}).get("childSessionId") != child_sid:
             self.set_meta(slot, childSessionId=child_sid)
+
+    def notice_event(self, payload: Mapping[str, Any], rec: Mapping[str, Any], offset: int, length: int,
+                     ts: int | None) -> bool:
+        """An event a person saw in Codex and would miss: an ``error``, a ``turn_aborted`` (interrupted), a
+        review's findings (``exited_review_mode``), as a ``system`` notice (``meta.importedKind``
+        ``codex/<event>``) where it happened. False: not one of those (an exited review without a review is
+        counted as skipped by :meth:`event`)."""
+        kind = payload.get("type")
+        meta: dict[str, Any] = {"importedKind": f"codex/{kind}"}
+        if kind == "error":
+            message = payload.get("message")
+            text = message if isinstance(message, str) and message else "error"
+            info = payload.get("codex_error_info")
+            if info is not None and json_value_ok(info) and bounded_value(info):
+                meta["errorInfo"] = info
+        elif kind == "turn_aborted":
+            reason = payload.get("reason")
+            text = f"Turn aborted ({reason})" if isinstance(reason, str) and reason else "Turn aborted"
+            if isinstance(reason, str) and reason:
+                meta["reason"] = reason[:200]
+        elif kind == "exited_review_mode":
+            review = payload.get("review_output")
+            if not isinstance(review, Mapping):
+                return False
+            text = _review_text(review)
+            if json_value_ok(review) and bounded_value(review):
+                meta["review"] = review
+            else:
+                self.report.skipped_blocks["exited_review_mode(structure too large, text kept)"] += 1
+        else:
+            return False
+        self.emitter.push(message_record(join_id(self.sid, self.line_id(rec, offset)), "system", ts,
+                                         [text_block(text)], meta=meta), weight=length)
+        return True
 
     def event(self, payload: Mapping[str, Any]) -> None:
         kind = payload.get("type")
@@ -842,6 +881,37 @@ class _Converter:
                   "summary": summary if isinstance(summary, str) else "", "throughMessageId": through,
                   "tokensBefore": 0, "retainedTail": [], "createdAt": stamp(ts), "details": details}
         self.emitter.push(record)
+
+
+def _review_text(review: Mapping[str, Any]) -> str:
+    """A review's findings as Codex lists them: the verdict, then each finding's priority, title, place and body."""
+    lines = ["Code review"]
+    verdict = review.get("overall_correctness")
+    explanation = review.get("overall_explanation")
+    head = ": ".join(v for v in (verdict, explanation) if isinstance(v, str) and v)
+    if head:
+        lines.append(head)
+    findings = review.get("findings")
+    findings = [f for f in findings if isinstance(f, Mapping)] if isinstance(findings, list) else []
+    if not findings:
+        lines.append("No findings.")
+    for n, finding in enumerate(findings, 1):
+        title = finding.get("title") if isinstance(finding.get("title"), str) else ""
+        priority = finding.get("priority")
+        tag = f"[P{priority}] " if isinstance(priority, int) and not isinstance(priority, bool) else ""
+        where = ""
+        loc = finding.get("code_location")
+        if isinstance(loc, Mapping) and isinstance(loc.get("absolute_file_path"), str):
+            where = f" ({loc['absolute_file_path']}"
+            span = loc.get("line_range")
+            if isinstance(span, Mapping) and isinstance(span.get("start"), int) and isinstance(span.get("end"), int):
+                where += f":{span['start']}-{span['end']}"
+            where += ")"
+        lines.append(f"{n}. {tag}{title}{where}")
+        body = finding.get("body")
+        if isinstance(body, str) and body:
+            lines.append(body)
+    return "\n".join(lines)
 
 
 def _search_source(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from store.interchange.importers.reader import (
     Line,
     LineReader,
@@ -207,6 +209,19 @@ def text_block(text: str) -> dict[str, Any]:
 def json_value_ok(value: Any) -> bool:
     """True for a value the transcript writer can always encode (it came from orjson)."""
     return value is None or isinstance(value, (str, int, float, bool, list, dict))
+
+
+MAX_META_VALUE_BYTES = 256 * 1024
+"""The largest structured value of a source line an importer keeps in a record's ``meta`` (as JSON): a review's
+findings, a tool's structured result. Past it the importer keeps what it can and counts the rest."""
+
+
+def bounded_value(value: Any, limit: int = MAX_META_VALUE_BYTES) -> bool:
+    """True when ``value`` (as orjson would write it) is at most ``limit`` bytes."""
+    try:
+        return len(orjson.dumps(value)) <= limit
+    except (TypeError, orjson.JSONEncodeError):
+        return False
 
 
 def decoded_size(b64: str) -> int:

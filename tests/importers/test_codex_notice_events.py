@@ -1,0 +1,55 @@
+"""Codex events a person saw and would miss come in as ``system`` notices where they happened.
+
+The CURATED Codex sample (``codex/agent-sessions_CURATED_schema_coverage_compacted.jsonl``) has a review's
+findings (``exited_review_mode``, lines 45, 46 and 93), an ``error`` (line 73) and a ``turn_aborted`` (line 20).
+Reproduces: each was counted as a skipped ``event_msg`` and missing from the session, so the review the user
+asked for, a failed request and an interrupted turn were gone with only a count to say so.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+
+from store.interchange.import_write import ImportTarget
+from store.interchange.importers import IMPORTERS
+from store.interchange.imports import import_unit
+from store.transcripts.transcript import read_transcript
+from tests.samplekit import NOW
+
+CURATED = "codex/agent-sessions_CURATED_schema_coverage_compacted.jsonl"
+
+
+def test_review_findings_errors_and_aborted_turns_are_notices(untouched_samples: Path, db: sqlite3.Connection,
+                                                              target: ImportTarget) -> None:
+    path = untouched_samples / CURATED
+    raw = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    (unit,) = IMPORTERS["codex"].discover(path)
+    rep = import_unit(db, unit, target, now_ms=NOW)
+    assert rep.status == "new"
+    skipped = rep.files[0].skipped
+    for kind in ("error", "turn_aborted", "exited_review_mode"):
+        assert f"event_msg/{kind}" not in skipped, kind
+    messages = [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]
+    notices = {kind: [m for m in messages if (m.get("meta") or {}).get("importedKind") == f"codex/{kind}"]
+               for kind in ("error", "turn_aborted", "exited_review_mode")}
+    assert all(m["role"] == "system" for found in notices.values() for m in found)
+
+    reviews = notices["exited_review_mode"]
+    assert [m["meta"]["review"] for m in reviews] == [raw[n - 1]["payload"]["review_output"] for n in (45, 46, 93)]
+    assert [len(m["meta"]["review"]["findings"]) for m in reviews] == [0, 1, 4]
+    first, one, two = (m["blocks"][0]["text"] for m in reviews)
+    assert "No findings." in first
+    assert "1. [P0] [trimmed for fixture] ([trimmed for fixture]:0-0)" in one
+    assert "4. [P0] [trimmed for fixture]" in two
+
+    (error,) = notices["error"]
+    assert error["blocks"] == [{"type": "text", "text": raw[72]["payload"]["message"]}]
+    assert error["meta"]["errorInfo"] == raw[72]["payload"]["codex_error_info"]
+    (aborted,) = notices["turn_aborted"]
+    assert aborted["blocks"][0]["text"] == "Turn aborted (interrupted)" and aborted["meta"]["reason"] == "interrupted"
+    # in file order: the aborted turn's notice comes before the review notices
+    ids = [m["id"] for m in messages]
+    assert ids.index(aborted["id"]) < ids.index(reviews[0]["id"]) < ids.index(error["id"]) < ids.index(reviews[2]["id"])
