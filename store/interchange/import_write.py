@@ -177,7 +177,9 @@ turns after it moved off the transcript: their parent was missing). 18 = Codex: 
 (``image_generation_call``) is an image attachment of its response's assistant message; it was counted as skipped.
 19 = what a person saw in the other tool and an import dropped is kept: Codex ``error``, ``turn_aborted`` and
 ``exited_review_mode`` (a review's findings) events are ``system`` notices (``meta.importedKind`` ``codex/<event>``,
-the findings also as ``meta.review``); they were counted as skipped events."""
+the findings also as ``meta.review``); they were counted as skipped events. Claude Code ``system`` lines holding
+an ``error`` (``api_error``: a failed request, a retry under way; ``error``) are ``system`` notices with the error's
+text and ``meta.error``; they were counted as skipped."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

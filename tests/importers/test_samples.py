@@ -58,7 +58,8 @@ EXPECTED: dict[str, Expect] = {
     # an unknown "fallback" block and an image whose data is not base64 (both reported as skipped blocks);
     # line 39 is a prompt typed while the agent worked (a queued_command attachment): a user message.
     "claude-code/agent-sessions_CURATED_schema_coverage.jsonl":
-        Expect({"user": 7, "assistant": 8, "tool": 5, "system": 2}, tool_calls=3, results=1, unpaired=1, orphans=2,
+        # system: 2 notices with text, 4 api_error lines and a system/error (import rules 19)
+        Expect({"user": 7, "assistant": 8, "tool": 5, "system": 7}, tool_calls=3, results=1, unpaired=1, orphans=2,
                thinking=6, compactions=2, attributed=7, roots=6,
                skipped_blocks={"assistant/fallback": 1, "image(bad base64)": 1}),
     # 22 inline sidechain lines under two Task calls: 2 prompts + 3 replies + 9 tool rows.
@@ -407,7 +408,7 @@ def test_dangling_parents_and_skips_are_reported_and_the_rest_imports(untouched_
     report = cc.files[0].to_dict()
     assert report["unknown"] == {}
     assert report["skipped"]["attachment"] == 37  # the 38th is a queued prompt (line 39): a user message
-    for kind in ("permission-mode", "worktree-state", "bridge-session", "pr-link", "frame-link", "system/api_error"):
+    for kind in ("permission-mode", "worktree-state", "bridge-session", "pr-link", "frame-link"):
         assert kind in report["skipped"], kind
     assert cc.status == "new"
     title = rows(db, "SELECT title FROM sessions WHERE id = ?", cc.session_id)[0][0]

@@ -32,8 +32,10 @@ One JSON object per line. What becomes what:
   message before the boundary; the summary is the checkpoint text, not a
   message). The compaction request's usage, in no message, is the growth of
   the ``cost-state`` totals (2.1.3xx) across it: ``details.usage``. Other
-  ``system`` lines with a text ``content`` become ``system`` notices; the
-  rest are counted as skipped.
+  ``system`` lines with a text ``content`` become ``system`` notices, and so do
+  those holding an ``error`` (``api_error``: a failed request, a retry under way;
+  ``error``): the error's text as Claude Code formats it, its structure as
+  ``meta.error``; the rest are counted as skipped.
 * Subagent rows are attributed (seed 003 §4.7a): lines of a
   ``subagents/agent-<id>.jsonl`` file and ``progress``/``agent_progress``
   lines (the subagent's messages embedded in the parent, with
@@ -125,6 +127,7 @@ from store.interchange.importers.common import (
     Slot,
     SourceUnit,
     bounded_replay,
+    bounded_value,
     file_report,
     finalize,
     image_attachment,
@@ -1400,8 +1403,46 @@ class _FileConverter:
             record = message_record(self.msg_id(rec.get("uuid"), offset, duplicate), "system", ts,
                                     [text_block(content)], meta=meta)
             self.emitter.push(record)
+        elif isinstance(rec.get("error"), Mapping):
+            self.release_compaction()
+            self.api_error(rec, subtype, offset, duplicate, ts)
         else:
             self.file.skipped[f"system/{subtype}"] += 1
+
+    def api_error(self, rec: Mapping[str, Any], subtype: object, offset: int, duplicate: bool,
+                  ts: int | None) -> None:
+        """A failed model request Claude Code showed (``system``/``api_error``, a retry under way, or
+        ``system``/``error``): a ``system`` notice with the error's text as Claude Code formats it and its
+        structure (``meta.error``, bounded) and the retry it was (``retryAttempt``/``maxRetries``)."""
+        error = rec["error"]
+        text = next((error[k] for k in ("formatted", "message") if isinstance(error.get(k), str) and error[k]), "")
+        if not text:
+            status = error.get("status")
+            text = "API error" + (f" (status {status})" if isinstance(status, int) and status else "")
+            inner: object = error.get("error")
+            for _ in range(3):  # the API's body: {"type": "error", "error": {"type", "message"}}
+                if not isinstance(inner, Mapping):
+                    break
+                if isinstance(inner.get("message"), str) and inner["message"]:
+                    kind = inner.get("type")
+                    text += f": {kind}" if isinstance(kind, str) and kind else ""
+                    text += f": {inner['message']}"
+                    break
+                inner = inner.get("error")
+        meta: dict[str, Any] = {"importedKind": f"system/{subtype}" if isinstance(subtype, str) else "system/error"}
+        if bounded_value(error):
+            meta["error"] = error
+        else:
+            self.report.skipped_blocks[f"system/{subtype}(error structure too large, text kept)"] += 1
+        for key in ("retryAttempt", "maxRetries", "retryInMs"):
+            value = rec.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                meta[key] = value
+        attempt, most = meta.get("retryAttempt"), meta.get("maxRetries")
+        if isinstance(attempt, int) and isinstance(most, int) and most > 0:
+            text += f" · retry {attempt}/{most}"
+        self.emitter.push(message_record(self.msg_id(rec.get("uuid"), offset, duplicate), "system", ts,
+                                         [text_block(text)], meta=meta))
 
     # ------------------------------------------------------------------ conversation
     def conversation(self, rec: Mapping[str, Any], message: Mapping[str, Any], attribution: dict[str, str],
