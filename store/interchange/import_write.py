@@ -179,7 +179,9 @@ turns after it moved off the transcript: their parent was missing). 18 = Codex: 
 ``exited_review_mode`` (a review's findings) events are ``system`` notices (``meta.importedKind`` ``codex/<event>``,
 the findings also as ``meta.review``); they were counted as skipped events. Claude Code ``system`` lines holding
 an ``error`` (``api_error``: a failed request, a retry under way; ``error``) are ``system`` notices with the error's
-text and ``meta.error``; they were counted as skipped."""
+text and ``meta.error``; they were counted as skipped. A Claude Code tool call's ``toolUseResult`` (an edit's patch
+and original file, a command's output streams) is its tool record's ``meta.toolUseResult`` (strings of one past
+256 KiB cut and counted); only the text the model saw was kept."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -12,7 +12,9 @@ One JSON object per line. What becomes what:
   one line per content block) merge into one assistant message until a
   ``tool_use`` block; each ``tool_use`` becomes a ``tool`` message holding one
   ``tool_call`` block, completed by the ``tool_result`` that arrives in a later
-  user line (``is_error`` → ``error``; a refused permission → ``denied``).
+  user line (``is_error`` → ``error``; a refused permission → ``denied``); the
+  line's ``toolUseResult`` (the tool's own record: a patch, the original file,
+  output streams) goes with it as ``meta.toolUseResult``, bounded.
   ``thinking`` keeps its ``signature`` (and ``redacted_thinking`` its data) as
   replay state; it never reaches the search text (records.extract_text).
   Images become attachment blocks whose bytes go to the blob sink.
@@ -127,6 +129,7 @@ from store.interchange.importers.common import (
     Slot,
     SourceUnit,
     bounded_replay,
+    bounded_structure,
     bounded_value,
     file_report,
     finalize,
@@ -1678,19 +1681,48 @@ class _FileConverter:
         if isinstance(extra, Mapping) and isinstance(extra.get("agentId"), str) and isinstance(call_id, str):
             task = self.shared.tasks.get(call_id)
             self.shared.agents[extra["agentId"]] = (call_id, (task.agent_type if task else None) or extra["agentId"])
+        kept = self.structured_result(extra, rec, result)
         if slot is None:
             self.report.orphan_results += 1
             key = call_id if isinstance(call_id, str) and call_id else f"{offset}.{index}"
             orphan = {"type": "tool_call", "callId": key, "name": "unknown", "args": None, "result": result,
                       "status": status, "completedAt": stamp(ts)}
             self.emitter.push(message_record(join_id(self.sid, "result", key), "tool", ts, [orphan],
-                                             tool_name="unknown", meta={**attribution, "orphanResult": True}))
+                                             tool_name="unknown", meta={**attribution, **kept, "orphanResult": True}))
             return
         self.report.tool_results += 1
         old = slot.record
         tool_block = {**old["blocks"][0], "result": result, "status": status, "completedAt": stamp(ts)}
-        self.emitter.replace(slot, {**old, "blocks": [tool_block]})
+        new = {**old, "blocks": [tool_block]}
+        if kept:
+            new["meta"] = {**(old.get("meta") or {}), **kept}
+        self.emitter.replace(slot, new)
         slot.held = False
+
+    def structured_result(self, extra: object, rec: Mapping[str, Any], result: Any) -> dict[str, Any]:
+        """The tool's own record of what it did (``toolUseResult``: an edit's ``structuredPatch`` and
+        ``originalFileContents``, a command's ``stdout``/``stderr``/``interrupted``, a search's hits), which the
+        text the model saw leaves out, as the tool record's ``meta.toolUseResult``. Bounded by
+        :func:`.common.bounded_structure`: the strings of a larger one are cut (``meta.toolUseResultCutChars``,
+        counted in ``skippedBlocks`` as ``toolUseResult(cut)``), one that does not fit even so is counted as
+        ``toolUseResult(too large)``. A plain string that repeats the result is not kept twice; a line with
+        several ``tool_result`` blocks does not say whose it is (``toolUseResult(several results)``)."""
+        if extra is None or (isinstance(extra, str) and (not extra or extra == result)):
+            return {}
+        content = rec.get("message", {}).get("content") if isinstance(rec.get("message"), Mapping) else None
+        if isinstance(content, list) and sum(
+                isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content) > 1:
+            self.report.skipped_blocks["toolUseResult(several results)"] += 1
+            return {}
+        bounded = bounded_structure(extra)
+        if bounded is None:
+            self.report.skipped_blocks["toolUseResult(too large)"] += 1
+            return {}
+        value, cut = bounded
+        if not cut:
+            return {"toolUseResult": value}
+        self.report.skipped_blocks["toolUseResult(cut)"] += 1
+        return {"toolUseResult": value, "toolUseResultCutChars": cut}
 
     def result_value(self, content: Any, call_id: object, offset: int, index: int) -> Any:
         if isinstance(content, str) or content is None:

@@ -224,6 +224,41 @@ def bounded_value(value: Any, limit: int = MAX_META_VALUE_BYTES) -> bool:
         return False
 
 
+MAX_CUT_STRING_CHARS = 16 * 1024
+"""What :func:`bounded_structure` keeps of each long string of a value past ``MAX_META_VALUE_BYTES``."""
+_MAX_CUT_DEPTH = 32
+
+
+def bounded_structure(value: Any, limit: int = MAX_META_VALUE_BYTES) -> tuple[Any, int] | None:
+    """``value`` within ``limit`` bytes as JSON, and how many characters of it were cut: as it is when it fits,
+    else with every string longer than ``MAX_CUT_STRING_CHARS`` cut to that many (an edit's original file, a
+    patch: the start is kept, what was dropped counted). None when even that does not fit."""
+    if not json_value_ok(value):
+        return None
+    if bounded_value(value, limit):
+        return value, 0
+    dropped = 0
+
+    def cut(item: Any, depth: int) -> Any:
+        nonlocal dropped
+        if isinstance(item, str):
+            if len(item) > MAX_CUT_STRING_CHARS:
+                dropped += len(item) - MAX_CUT_STRING_CHARS
+                return item[:MAX_CUT_STRING_CHARS]
+            return item
+        if depth >= _MAX_CUT_DEPTH and isinstance(item, (dict, list)):
+            dropped += 1
+            return None
+        if isinstance(item, dict):
+            return {k: cut(v, depth + 1) for k, v in item.items()}
+        if isinstance(item, list):
+            return [cut(v, depth + 1) for v in item]
+        return item
+
+    smaller = cut(value, 0)
+    return (smaller, dropped) if bounded_value(smaller, limit) else None
+
+
 def decoded_size(b64: str) -> int:
     return (len(b64) * 3) // 4
 
