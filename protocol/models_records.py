@@ -243,6 +243,18 @@ class HistoryModel(Result):
     model_id: str
 
 
+class HistoryGit(Result):
+    """The git state an imported session's source recorded (its origin row): the branch last seen, every
+    branch in the order seen when it changed during the session, the commit and the repository URL when the
+    source names them (Claude Code records the branch on each line; Codex the branch, commit and repository
+    once). History, never a binding: the project's checkout may be elsewhere now."""
+
+    branch: str | None = None
+    branches: list[str] | None = Field(default=None, max_length=20)
+    commit: str | None = None
+    repository_url: str | None = None
+
+
 class SpawnLink(Result):
     """The parent of an imported child thread/session (a Codex ``spawn_agent`` thread, an opencode ``task``
     session): the parent's session id (valid whichever was imported first; it may not be imported at all),
@@ -298,6 +310,8 @@ class SessionSummary(Result):
         "(session.updateMetadata); absent while none is set.")
     history_model: HistoryModel | None = Field(
         default=None, description="Imported sessions: the model the history named last (never a binding).")
+    history_git: HistoryGit | None = Field(
+        default=None, description="Imported sessions: the git branch (and commit, repository) the source recorded.")
     spawned_by: SpawnLink | None = Field(
         default=None, description="An imported child thread/session: the parent session and tool call that "
         "spawned it.")

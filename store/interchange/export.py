@@ -467,7 +467,8 @@ class _JsonlWriter:
                     "createdAt": now_rfc3339(int(session["createdAt"])),
                     "exportedAt": now_rfc3339(self.options.exported_at_ms), "exportedBy": "pi-host"})
         info: dict[str, Any] = {"type": "session_info", "title": session.get("title") or ""}
-        for key in ("projectPath", "source", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode"):
+        for key in ("projectPath", "source", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode",
+                    "historyGit"):
             if session.get(key) is not None:
                 info[key] = session[key]
         info["updatedAt"] = now_rfc3339(int(session["updatedAt"]))

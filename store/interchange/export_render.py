@@ -51,6 +51,16 @@ def _result_text(result: Any) -> str:
     return _json(result)
 
 
+def _git_fact(session: Mapping[str, Any]) -> str:
+    """An imported session's recorded git state in a header line (``branch @ commit``), or ``""``."""
+    git = session.get("historyGit")
+    if not isinstance(git, Mapping):
+        return ""
+    branch, commit = git.get("branch"), git.get("commit")
+    parts = [str(branch) if branch else "", f"@ {str(commit)[:12]}" if commit else ""]
+    return " ".join(p for p in parts if p)
+
+
 def _meta(record: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = record.get("meta")
     return meta if isinstance(meta, Mapping) else {}
@@ -79,6 +89,8 @@ class MarkdownWriter(_Writer):
         for key, label in (("source", "Imported from"), ("projectPath", "Project"), ("modelId", "Model")):
             if session.get(key):
                 facts.append(f"{label}: `{session[key]}`")
+        if git := _git_fact(session):
+            facts.append(f"Git: `{git}`")
         facts.append(f"Messages: {session.get('messageCount', 0)}")
         lines += [" · ".join(facts), ""]
         self.emit("\n".join(lines) + "\n")
@@ -218,6 +230,8 @@ class HtmlWriter(_Writer):
         for key, label in (("source", "Imported from"), ("projectPath", "Project"), ("modelId", "Model")):
             if session.get(key):
                 facts.append(f"{label} <code>{html.escape(str(session[key]))}</code>")
+        if git := _git_fact(session):
+            facts.append(f"Git <code>{html.escape(git)}</code>")
         facts.append(f"{int(session.get('messageCount') or 0)} messages")
         self.emit(
             "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -181,7 +181,9 @@ the findings also as ``meta.review``); they were counted as skipped events. Clau
 an ``error`` (``api_error``: a failed request, a retry under way; ``error``) are ``system`` notices with the error's
 text and ``meta.error``; they were counted as skipped. A Claude Code tool call's ``toolUseResult`` (an edit's patch
 and original file, a command's output streams) is its tool record's ``meta.toolUseResult`` (strings of one past
-256 KiB cut and counted); only the text the model saw was kept."""
+256 KiB cut and counted); only the text the model saw was kept. The git state a source recorded (Claude Code's
+``gitBranch`` on every line, Codex's ``session_meta.git``) is the origin history's ``git``, served as
+``historyGit``; it was dropped."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
@@ -1450,6 +1452,8 @@ def write_origin(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int)
         for key in ("providerId", "modelId"):
             if key in before and key not in origin:
                 origin[key] = before[key]
+    if "git" in before and "git" not in origin:  # a re-import of lines that name none keeps what was read before
+        origin["git"] = before["git"]
     if staged.import_receipt is not None and staged.answer is not None and staged.has_writes:
         origin["lastImport"] = {"receipt": dict(staged.import_receipt), "answer": staged.answer}
     elif "lastImport" in before:  # the newest keyed write's, until another keyed request writes the session

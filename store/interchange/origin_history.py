@@ -1,12 +1,15 @@
 """What an imported session's origin row says about its history, projected onto session rows.
 
 The ``session_import_origins`` row (seed 003 §4.5) keeps what the source knew of the session as
-history JSON; two parts of it are served with the session (``session.list``, ``session.get``):
+history JSON; three parts of it are served with the session (``session.list``, ``session.get``):
 
 * ``historyModel`` — the provider/model the imported history named last (a tool import's messages,
   or what a plugin sent as ``history``). It is shown, never bound: the session's own
   ``providerId``/``modelId`` stay what the host set (a host tool import binds the history's model
   there too; a plugin import never does, §4.5).
+* ``historyGit`` — the git state the source recorded with the session (Claude Code's ``gitBranch`` on every
+  line: the branch last seen, and every branch in order when it changed; Codex's ``session_meta.git``: branch,
+  commit, repository URL). History, like ``historyModel``: the project's checkout may be elsewhere now.
 * ``spawnedBy`` — for a child thread/session a tool spawned (Codex ``spawn_agent``, opencode
   ``task``): the parent's host session id (a pure function of the parent's external id, so it is
   right whichever of the two was imported first), the spawning tool call's id when the source
@@ -25,6 +28,7 @@ import orjson
 from store.indexing.sql_lists import in_chunks
 
 SPAWN_KEYS = ("sessionId", "toolCallId", "agentName")
+GIT_KEYS = ("branch", "commit", "repositoryUrl")
 
 
 def origin_row(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
@@ -52,6 +56,14 @@ def project(origin: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(provider, str) and provider:
             hist["providerId"] = provider
         out["historyModel"] = hist
+    git = origin.get("git")
+    if isinstance(git, Mapping):
+        kept: dict[str, Any] = {k: git[k] for k in GIT_KEYS if isinstance(git.get(k), str) and git[k]}
+        branches = git.get("branches")
+        if isinstance(branches, list) and all(isinstance(b, str) for b in branches) and len(branches) > 1:
+            kept["branches"] = list(branches)
+        if kept:
+            out["historyGit"] = kept
     spawn = origin.get("spawnedBy")
     if isinstance(spawn, Mapping) and isinstance(spawn.get("sessionId"), str):
         out["spawnedBy"] = {k: spawn[k] for k in SPAWN_KEYS if isinstance(spawn.get(k), str) and spawn[k]}
@@ -59,7 +71,7 @@ def project(origin: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def attach(conn: sqlite3.Connection, rows: Iterable[dict[str, Any]]) -> None:
-    """Set ``historyModel`` / ``spawnedBy`` on the imported ones of ``rows`` (in place)."""
+    """Set ``historyModel`` / ``historyGit`` / ``spawnedBy`` on the imported ones of ``rows`` (in place)."""
     by_id = {r["id"]: r for r in rows if r.get("source")}
     for marks, chunk in in_chunks(list(by_id)):
         for sid, origin_json in conn.execute(

@@ -656,6 +656,14 @@ class HelloResult(TypedDict):
     serverTime: int
 
 
+class HistoryGit(TypedDict):
+    """The git state an imported session's source recorded (its origin row): the branch last seen, every branch in the order seen when it changed during the session, the commit and the repository URL when the source names them (Claude Code records the branch on each line; Codex the branch, commit and repository once). History, never a binding: the project's checkout may be elsewhere now."""
+    branch: NotRequired[str | None]
+    branches: NotRequired[list[str] | None]
+    commit: NotRequired[str | None]
+    repositoryUrl: NotRequired[str | None]
+
+
 class HistoryModel(TypedDict):
     """The provider/model an imported session's history named last (its origin row): shown, never a binding (seed 003 §4.5; the session's own ``providerId``/``modelId`` are what the host binds)."""
     providerId: NotRequired[str | None]
@@ -1342,6 +1350,7 @@ class PluginSession(TypedDict):
     unreadable: NotRequired[list[Literal["state", "contractKind", "latestTurn"]] | None]
     thread: NotRequired[ThreadMeta | None]
     historyModel: NotRequired[HistoryModel | None]
+    historyGit: NotRequired[HistoryGit | None]
     spawnedBy: NotRequired[SpawnLink | None]
     origin: PluginSessionOrigin
 
@@ -2152,6 +2161,7 @@ class SessionSummary(TypedDict):
     unreadable: NotRequired[list[Literal["state", "contractKind", "latestTurn"]] | None]
     thread: NotRequired[ThreadMeta | None]
     historyModel: NotRequired[HistoryModel | None]
+    historyGit: NotRequired[HistoryGit | None]
     spawnedBy: NotRequired[SpawnLink | None]
 
 

@@ -864,6 +864,14 @@ export interface HelloResult {
   serverTime: number;
 }
 
+/** The git state an imported session's source recorded (its origin row): the branch last seen, every branch in the order seen when it changed during the session, the commit and the repository URL when the source names them (Claude Code records the branch on each line; Codex the branch, commit and repository once). History, never a binding: the project's checkout may be elsewhere now. */
+export interface HistoryGit {
+  branch?: string | null;
+  branches?: string[] | null;
+  commit?: string | null;
+  repositoryUrl?: string | null;
+}
+
 /** The provider/model an imported session's history named last (its origin row): shown, never a binding (seed 003 §4.5; the session's own ``providerId``/``modelId`` are what the host binds). */
 export interface HistoryModel {
   providerId?: string | null;
@@ -1731,6 +1739,8 @@ export interface PluginSession {
   thread?: ThreadMeta | null;
   /** Imported sessions: the model the history named last (never a binding). */
   historyModel?: HistoryModel | null;
+  /** Imported sessions: the git branch (and commit, repository) the source recorded. */
+  historyGit?: HistoryGit | null;
   /** An imported child thread/session: the parent session and tool call that spawned it. */
   spawnedBy?: SpawnLink | null;
   origin: PluginSessionOrigin;
@@ -2782,6 +2792,8 @@ export interface SessionSummary {
   thread?: ThreadMeta | null;
   /** Imported sessions: the model the history named last (never a binding). */
   historyModel?: HistoryModel | null;
+  /** Imported sessions: the git branch (and commit, repository) the source recorded. */
+  historyGit?: HistoryGit | null;
   /** An imported child thread/session: the parent session and tool call that spawned it. */
   spawnedBy?: SpawnLink | null;
 }

@@ -25,6 +25,8 @@ One JSON object per line. What becomes what:
   ``attachment`` line (``queued_command``, ``commandMode: prompt``, from a
   human) and folds it into the running turn; it becomes a ``user`` message
   under that line's uuid. Every other attachment is counted as skipped.
+* ``gitBranch`` (on every line): the origin history's ``git`` (the branch last seen, every branch in order),
+  served as ``historyGit``;
 * usage: each API response's ``usage`` (repeated on every line of the response)
   goes once on the first record the response produced, a tool record when it
   only called tools; :func:`.common.finalize` puts it in the one shape of
@@ -1218,6 +1220,8 @@ class _FileConverter:
         self.meta.saw_time(ts)
         if self.meta.cwd is None and isinstance(rec.get("cwd"), str) and rec["cwd"]:
             self.meta.cwd = rec["cwd"]
+        if "gitBranch" in rec:
+            self.meta.saw_git(rec["gitBranch"])
         if isinstance(rec.get("version"), str) and not self.meta.label:
             self.meta.label = f"Claude Code {rec['version']}"[:80]
         if kind in ("user", "assistant"):

@@ -32,7 +32,8 @@ What becomes what:
 * events a person saw in Codex's transcript view: ``error`` (its message), ``turn_aborted`` (the reason) and
   ``exited_review_mode`` (a review's verdict and findings, rendered as Codex lists them; the structure as
   ``meta.review``) → ``system`` notices with ``meta.importedKind`` ``codex/<event>``;
-* ``session_meta`` (the first one) names the session and its cwd;
+* ``session_meta`` (the first one) names the session and its cwd, its ``git`` (branch, commit, repository URL)
+  is the origin history's ``git``, served as ``historyGit``;
   ``turn_context`` carries the model; ``ghost_snapshot``, ``world_state`` and
   the other bookkeeping kinds are counted as skipped, unknown kinds as
   unknown.
@@ -491,6 +492,9 @@ class _Converter:
             self.provider = payload["model_provider"]
             self.meta.history["providerId"] = self.provider
         self.meta.saw_time(to_ms(payload.get("timestamp")))
+        git = payload.get("git")
+        if isinstance(git, Mapping):
+            self.meta.saw_git(git.get("branch"), git.get("commit_hash"), git.get("repository_url"))
         parent, nick = _spawn(payload)
         if parent is not None:
             link = {"sessionId": session_id_for(SOURCE, parent)}

@@ -336,6 +336,11 @@ def bounded_replay(ctx: ParseContext, report: SessionReport, value: object) -> s
 # --------------------------------------------------------------------------- session facts
 
 
+MAX_GIT_CHARS = 1024
+"""A git branch name, commit or repository URL longer than this is not kept (no tool writes one)."""
+MAX_GIT_BRANCHES = 20
+
+
 @dataclass
 class SessionMeta:
     """Session-level facts gathered while parsing (final once the records are exhausted)."""
@@ -362,6 +367,22 @@ class SessionMeta:
         title = clean_title(text)
         if title and (rank < self.title_rank or (replace and rank == self.title_rank)):
             self.title, self.title_rank = title, rank
+
+    def saw_git(self, branch: object = None, commit: object = None, repository: object = None) -> None:
+        """The git state the source recorded (kept as the origin history's ``git``, served as ``historyGit``):
+        the branch last seen, every branch seen in order (at most ``MAX_GIT_BRANCHES``), the commit and the
+        repository's URL when the source names them."""
+        git: dict[str, Any] = self.history.setdefault("git", {})
+        if isinstance(branch, str) and branch and len(branch) <= MAX_GIT_CHARS:
+            seen = git.setdefault("branches", [])
+            if branch not in seen and len(seen) < MAX_GIT_BRANCHES:
+                seen.append(branch)
+            git["branch"] = branch
+        for key, value in (("commit", commit), ("repositoryUrl", repository)):
+            if isinstance(value, str) and value and len(value) <= MAX_GIT_CHARS:
+                git[key] = value
+        if not git:
+            del self.history["git"]
 
     def saw_time(self, ms: int | None) -> None:
         if ms is None:

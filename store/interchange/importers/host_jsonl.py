@@ -110,6 +110,12 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
             meta.offer_title(rec.get("title"), 0, replace=True)
             if isinstance(rec.get("projectPath"), str) and rec["projectPath"]:
                 meta.cwd = rec["projectPath"]
+            git = rec.get("historyGit")  # an export of an imported session: the git state its source recorded
+            if isinstance(git, Mapping):
+                branches = git.get("branches")
+                for branch in branches if isinstance(branches, list) else ():
+                    meta.saw_git(branch)
+                meta.saw_git(git.get("branch"), git.get("commit"), git.get("repositoryUrl"))
         elif kind in SKIPPED:
             file.skipped[str(kind)] += 1
         else:
