@@ -30,8 +30,9 @@ imported before (an older copy, a backup) changes no visibility at all. What bec
 * ``compaction`` → a compaction checkpoint (``firstKeptEntryId`` mapped to
   the first message kept); ``branch_summary`` and ``custom_message`` entries →
   ``system`` notices; ``session_info`` names the session; ``model_change`` /
-  ``thinking_level_change`` set the meta of later replies; ``custom`` and
-  ``label`` entries are counted as skipped.
+  ``thinking_level_change`` set the meta of later replies; a ``label`` entry (a
+  bookmark set in pi's tree view) → a ``system`` notice with ``meta.label`` and
+  ``meta.targetMessageId``; ``custom`` entries are counted as skipped.
 
 :class:`PiConverter` is shared with :mod:`store.interchange.native_pi`, which reads the
 same files read-only as native sessions (with its own ids).
@@ -73,9 +74,10 @@ from store.interchange.importers.common import (
 
 SOURCE = "pi"
 VERSIONS = (1, 2, 3)
-SKIPPED_ENTRIES = frozenset({"custom", "label"})
+SKIPPED_ENTRIES = frozenset({"custom"})
 KNOWN_ENTRIES = frozenset({"message", "model_change", "thinking_level_change", "compaction", "branch_summary",
-                           "custom_message", "session_info", *SKIPPED_ENTRIES})
+                           "custom_message", "session_info", "label", *SKIPPED_ENTRIES})
+MAX_LABEL_CHARS = 1000
 
 
 def discover(root: Path) -> Iterator[SourceUnit]:
@@ -517,10 +519,26 @@ class PiConverter:
                 if rec.get("display") is False:
                     custom_meta["hidden"] = True
                 self.notice(key, ts, blocks, custom_meta)
+        elif kind == "label":
+            self.label(rec, key, ts)
         elif kind in SKIPPED_ENTRIES:
             self.file.skipped[str(kind)] += 1
         else:
             self.file.unknown[str(kind)] += 1
+
+    def label(self, rec: Mapping[str, Any], key: str, ts: int | None) -> None:
+        """A bookmark the person set on an entry in pi's tree view (``/label``; no text: the label taken off):
+        a ``system`` notice where it was set, ``meta.label`` its text, ``meta.targetMessageId`` the message of
+        the entry it marks (``targetId``)."""
+        target = rec.get("targetId")
+        text = rec.get("label")
+        if not isinstance(target, str) or not target or (text is not None and not isinstance(text, str)):
+            self.file.skipped["label(no target)"] += 1
+            return
+        meta: dict[str, Any] = {"importedKind": "pi/label", "targetMessageId": self.make_id(target)}
+        if text:
+            meta["label"] = text[:MAX_LABEL_CHARS]
+        self.notice(key, ts, [text_block(f"Label: {text[:MAX_LABEL_CHARS]}" if text else "Label removed")], meta)
 
     def push_message(self, record: dict[str, Any], *, held: bool = False, weight: int = 0) -> Slot:
         slot = self.emitter.push(record, held=held, weight=weight)
