@@ -184,7 +184,8 @@ and original file, a command's output streams) is its tool record's ``meta.toolU
 256 KiB cut and counted); only the text the model saw was kept. The git state a source recorded (Claude Code's
 ``gitBranch`` on every line, Codex's ``session_meta.git``) is the origin history's ``git``, served as
 ``historyGit``; it was dropped. A pi ``label`` entry (a bookmark) is a ``system`` notice with ``meta.label`` and
-``meta.targetMessageId``; it was counted as skipped."""
+``meta.targetMessageId``; it was counted as skipped. A Claude Code user line's ``permissionMode`` and ``todos``, when
+they differ from the line before, are the meta of the message the line becomes; they were dropped."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

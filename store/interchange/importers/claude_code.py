@@ -25,6 +25,8 @@ One JSON object per line. What becomes what:
   ``attachment`` line (``queued_command``, ``commandMode: prompt``, from a
   human) and folds it into the running turn; it becomes a ``user`` message
   under that line's uuid. Every other attachment is counted as skipped.
+* ``permissionMode`` and ``todos`` (on every user line): where they change, ``meta.permissionMode`` /
+  ``meta.todos`` of the message the line becomes;
 * ``gitBranch`` (on every line): the origin history's ``git`` (the branch last seen, every branch in order),
   served as ``historyGit``;
 * usage: each API response's ``usage`` (repeated on every line of the response)
@@ -1046,6 +1048,8 @@ class _FileConverter:
         self.embedded = ChainTracker(ctx.limits.max_tracked_ids)
         """Ids of subagent messages embedded in progress lines (their own chain, not this file's)."""
         self.pending: dict[str, Slot] = {}
+        self.line_state: dict[str, Any] = {}
+        """The ``permissionMode`` and ``todos`` the last converted user line carried (:meth:`state_change`)."""
         self.group: _Group | None = None
         self.compaction: Slot | None = None
         self.sidechains: dict[str, tuple[str | None, str]] = {}
@@ -1508,7 +1512,7 @@ class _FileConverter:
         origin = rec.get("origin")
         harness = origin.get("kind") if isinstance(origin, Mapping) and origin.get("kind") in HARNESS_ORIGINS else None
         role = "system" if is_meta or harness else "user"
-        meta: dict[str, Any] = dict(attribution)
+        meta: dict[str, Any] = {**attribution, **self.state_change(rec)}
         if is_meta:
             meta["importedKind"] = "isMeta"
         elif harness:
@@ -1685,7 +1689,7 @@ class _FileConverter:
         if isinstance(extra, Mapping) and isinstance(extra.get("agentId"), str) and isinstance(call_id, str):
             task = self.shared.tasks.get(call_id)
             self.shared.agents[extra["agentId"]] = (call_id, (task.agent_type if task else None) or extra["agentId"])
-        kept = self.structured_result(extra, rec, result)
+        kept = {**self.structured_result(extra, rec, result), **self.state_change(rec)}
         if slot is None:
             self.report.orphan_results += 1
             key = call_id if isinstance(call_id, str) and call_id else f"{offset}.{index}"
@@ -1702,6 +1706,25 @@ class _FileConverter:
             new["meta"] = {**(old.get("meta") or {}), **kept}
         self.emitter.replace(slot, new)
         slot.held = False
+
+    def state_change(self, rec: Mapping[str, Any]) -> dict[str, Any]:
+        """What a user line says of the session's state that differs from the line before: the permission mode
+        the line was written under (``permissionMode``: default, plan, acceptEdits, ...) and the agent's todo
+        list (``todos``; an empty list after a full one: cleared), for the meta of the message the line becomes
+        (the first one, when it becomes several). Each line repeats them, so only a change is kept; a todo list
+        past ``MAX_META_VALUE_BYTES`` is counted (``todos(too large)``)."""
+        out: dict[str, Any] = {}
+        mode = rec.get("permissionMode")
+        if isinstance(mode, str) and mode and len(mode) <= 100 and self.line_state.get("permissionMode") != mode:
+            self.line_state["permissionMode"] = out["permissionMode"] = mode
+        todos = rec.get("todos")
+        if isinstance(todos, list) and todos != self.line_state.get("todos", []):
+            self.line_state["todos"] = todos
+            if bounded_value(todos):
+                out["todos"] = todos
+            else:
+                self.report.skipped_blocks["todos(too large)"] += 1
+        return out
 
     def structured_result(self, extra: object, rec: Mapping[str, Any], result: Any) -> dict[str, Any]:
         """The tool's own record of what it did (``toolUseResult``: an edit's ``structuredPatch`` and
