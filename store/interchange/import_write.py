@@ -185,7 +185,9 @@ and original file, a command's output streams) is its tool record's ``meta.toolU
 ``gitBranch`` on every line, Codex's ``session_meta.git``) is the origin history's ``git``, served as
 ``historyGit``; it was dropped. A pi ``label`` entry (a bookmark) is a ``system`` notice with ``meta.label`` and
 ``meta.targetMessageId``; it was counted as skipped. A Claude Code user line's ``permissionMode`` and ``todos``, when
-they differ from the line before, are the meta of the message the line becomes; they were dropped."""
+they differ from the line before, are the meta of the message the line becomes; they were dropped. A Claude Code
+``document`` block (a PDF, a text file; in a prompt or a tool result) is a file attachment, its bytes a blob; it was
+counted as skipped."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -17,7 +17,8 @@ One JSON object per line. What becomes what:
   output streams) goes with it as ``meta.toolUseResult``, bounded.
   ``thinking`` keeps its ``signature`` (and ``redacted_thinking`` its data) as
   replay state; it never reaches the search text (records.extract_text).
-  Images become attachment blocks whose bytes go to the blob sink.
+  Images become attachment blocks whose bytes go to the blob sink; so do
+  ``document`` blocks (a PDF, a text file), as ``kind: "file"``.
   ``isMeta`` user lines (caveats, reminders injected by the harness) and user
   lines whose ``origin.kind`` is the harness's (``task-notification``: a
   background agent finished) become ``system`` notices. A prompt typed while
@@ -135,6 +136,7 @@ from store.interchange.importers.common import (
     bounded_replay,
     bounded_structure,
     bounded_value,
+    bytes_attachment,
     file_report,
     finalize,
     image_attachment,
@@ -1502,6 +1504,10 @@ class _FileConverter:
                         blocks.append(att)
                 elif kind == "tool_result":
                     self.tool_result(block, rec, attribution, offset, i, ts)
+                elif kind == "document":
+                    att = self.document(block, msg_id, f"document-{i + 1}")
+                    if att is not None:
+                        blocks.append(att)
                 else:
                     self.report.skipped_blocks[f"user/{kind}"] += 1
         else:
@@ -1532,6 +1538,29 @@ class _FileConverter:
             self.report.skipped_blocks["image(not base64)"] += 1
             return None
         return image_attachment(self.ctx, self.report, source.get("data"), source.get("media_type"), name, msg_id)
+
+    def document(self, block: Mapping[str, Any], msg_id: str, name: str) -> dict[str, Any] | None:
+        """A ``document`` block (a PDF or text file sent to the model: an @-mentioned file, a PDF the Read tool
+        returned) as a file attachment, its bytes a blob: ``base64`` data as it is, ``text`` data as UTF-8. A
+        document by URL or made of content blocks is counted (``document(<source type>)``)."""
+        source = block.get("source")
+        kind = source.get("type") if isinstance(source, Mapping) else None
+        title = block.get("title")
+        if isinstance(title, str) and title.strip() and len(title) <= 255:
+            name = title.strip()
+        if not isinstance(source, Mapping) or kind not in ("base64", "text"):
+            self.report.skipped_blocks[f"document({kind if isinstance(kind, str) else 'no source'})"] += 1
+            return None
+        mime = source.get("media_type")
+        if kind == "base64":
+            return image_attachment(self.ctx, self.report, source.get("data"), mime, name, msg_id, kind="file",
+                                    label="document")
+        text = source.get("data")
+        if not isinstance(text, str) or len(text) > self.ctx.limits.max_image_bytes:
+            self.report.skipped_blocks["document(too large)" if isinstance(text, str) else "document(no data)"] += 1
+            return None
+        return bytes_attachment(self.ctx, self.report, text.encode("utf-8", "replace"),
+                                mime if isinstance(mime, str) and mime else "text/plain", name, msg_id)
 
     def assistant(self, rec: Mapping[str, Any], message: Mapping[str, Any], attribution: dict[str, str],
                   offset: int, length: int, duplicate: bool, ts: int | None) -> None:
@@ -1764,9 +1793,12 @@ class _FileConverter:
             if item.get("type") == "text" and isinstance(item.get("text"), str):
                 texts.append(item["text"])
                 blocks.append(text_block(item["text"]))
-            elif item.get("type") == "image":
+            elif item.get("type") in ("image", "document"):
                 key = call_id if isinstance(call_id, str) and call_id else f"{offset}.{index}"
-                att = self.image(item, join_id(self.sid, "tool", key), f"result-image-{i + 1}")
+                if item.get("type") == "image":
+                    att = self.image(item, join_id(self.sid, "tool", key), f"result-image-{i + 1}")
+                else:
+                    att = self.document(item, join_id(self.sid, "tool", key), f"result-document-{i + 1}")
                 if att is not None:
                     blocks.append(att)
             else:

@@ -299,27 +299,35 @@ class ParseContext:
 
 
 def image_attachment(
-    ctx: ParseContext, report: SessionReport, b64: object, mime: object, name: str, message_id: str
+    ctx: ParseContext, report: SessionReport, b64: object, mime: object, name: str, message_id: str,
+    *, kind: str = "image", label: str = "image",
 ) -> dict[str, Any] | None:
-    """An attachment block for inline base64 image data (bytes go to the blob sink)."""
+    """An attachment block for inline base64 image data (bytes go to the blob sink); ``kind="file"`` for
+    another file (a document), ``label`` naming it in the skip counts. Bounded by ``max_image_bytes``."""
     import base64
     import binascii
 
     if not isinstance(b64, str) or not b64:
-        report.skipped_blocks["image(no data)"] += 1
+        report.skipped_blocks[f"{label}(no data)"] += 1
         return None
     if decoded_size(b64) > ctx.limits.max_image_bytes:
-        report.skipped_blocks["image(too large)"] += 1
+        report.skipped_blocks[f"{label}(too large)"] += 1
         return None
     try:
         data = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError):
-        report.skipped_blocks["image(bad base64)"] += 1
+        report.skipped_blocks[f"{label}(bad base64)"] += 1
         return None
+    return bytes_attachment(ctx, report, data, mime, name, message_id, kind=kind)
+
+
+def bytes_attachment(ctx: ParseContext, report: SessionReport, data: bytes, mime: object, name: str,
+                     message_id: str, *, kind: str = "file") -> dict[str, Any]:
+    """An attachment block for bytes a source holds inline (they go to the blob sink)."""
     mime_type = mime if isinstance(mime, str) and mime and len(mime) <= 100 else "application/octet-stream"
     blob = ctx.blobs.add(data, mime_type, message_id)
     report.attachments += 1
-    return {"type": "attachment", "kind": "image", "name": name, "ref": blob.ref, "mimeType": mime_type,
+    return {"type": "attachment", "kind": kind, "name": name, "ref": blob.ref, "mimeType": mime_type,
             "size": blob.size}
 
 
