@@ -9,12 +9,15 @@ asked for, a failed request and an interrupted turn were gone with only a count 
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from pathlib import Path
 
 import orjson
+import pytest
 
+from store.interchange import import_write, imports
 from store.interchange.import_write import ImportTarget
-from store.interchange.importers import IMPORTERS
+from store.interchange.importers import IMPORTERS, codex
 from store.interchange.imports import import_unit
 from store.transcripts.transcript import read_transcript
 from tests.samplekit import NOW
@@ -53,3 +56,25 @@ def test_review_findings_errors_and_aborted_turns_are_notices(untouched_samples:
     # in file order: the aborted turn's notice comes before the review notices
     ids = [m["id"] for m in messages]
     assert ids.index(aborted["id"]) < ids.index(reviews[0]["id"]) < ids.index(error["id"]) < ids.index(reviews[2]["id"])
+
+
+def test_a_session_imported_under_rules_18_gets_the_notices(untouched_samples: Path, tmp_path: Path,
+                                                            db: sqlite3.Connection, target: ImportTarget,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import rules 19: the unchanged rollout of a session the rules-18 importer imported is parsed again and
+    the notices it skipped are added; a third import finds it unchanged."""
+    (unit,) = IMPORTERS["codex"].discover(untouched_samples / CURATED)
+    with monkeypatch.context() as m:
+        m.setattr(codex._Converter, "notice_event", lambda self, *args: False)
+        m.setattr(import_write, "IMPORT_RULES", 18)
+        m.setattr(imports, "IMPORT_RULES", 18)
+        first = import_unit(db, unit, target, now_ms=NOW)
+    sid = first.session_id
+    before = [m.record for m in read_transcript(target.transcript(sid)).messages]
+    assert not any((m.get("meta") or {}).get("importedKind", "").startswith("codex/e") for m in before)
+    again = import_unit(db, unit, target, now_ms=NOW)
+    assert again.status == "updated" and again.new_messages == 5
+    after = [m.record for m in read_transcript(target.transcript(sid)).messages]
+    kinds = Counter((m.get("meta") or {}).get("importedKind") for m in after)
+    assert (kinds["codex/error"], kinds["codex/turn_aborted"], kinds["codex/exited_review_mode"]) == (1, 1, 3)
+    assert import_unit(db, unit, target, now_ms=NOW).status == "unchanged"

@@ -533,7 +533,7 @@ class PiConverter:
         target = rec.get("targetId")
         text = rec.get("label")
         if not isinstance(target, str) or not target or (text is not None and not isinstance(text, str)):
-            self.file.skipped["label(no target)"] += 1
+            self.file.skipped["label(unreadable)"] += 1
             return
         meta: dict[str, Any] = {"importedKind": "pi/label", "targetMessageId": self.make_id(target)}
         if text:
