@@ -23,7 +23,7 @@ from actors.session_context import CarriedAnswer, SessionContext
 from protocol import models as m
 from protocol.jsonrpc import Encoded
 from runtime.context import Services
-from runtime.handlers import inflight, plans
+from runtime.handlers import inflight, plans, turn_aftermath
 from runtime.handlers import queue as queue_control
 from store import orphans, queue, receipts, thread_meta
 from store.errors import Conflict, MessageNotFound, StorageFull, StoreError
@@ -37,6 +37,7 @@ from store.transcripts import windows
 from store.transcripts.session_files import finish_delete, withdraw_delete_marker, write_delete_marker
 from store.transcripts.transcript import create_transcript
 from store.transcripts.window_reply import with_field
+from store.turns import abort_running, get_turn
 
 from .plugin_imports import scope_session
 
@@ -337,7 +338,7 @@ def _created_header(path: Path) -> dict[str, Any] | None:
 
 
 async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Callable[[Any], T], *,
-                         points: str) -> T:
+                         points: str, announce: Callable[[], None] | None = None) -> T:
     """The delete protocol (``session.delete``, ``sessions.purge``): the marker (with the receipt) → the
     rows (``rows(conn)``, its value the answer) → the files (``store/transcripts/session_files.py``).
     Fault points ``<points>.after_marker`` / ``<points>.before_files``.
@@ -367,17 +368,36 @@ async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Call
     control = ctx.services.extra.get(queue_control.SERVICE)
     if isinstance(control, queue_control.QueueControl):
         control.forget(sid)  # its controller drives no queue any more
+    if announce is not None:
+        announce()
     ctx.publish("session.deleted", {"sessionId": sid})
     return result
 
 
 async def delete(ctx: SessionContext, p: m.SessionDeleteParams, key: ReceiptKey | None) -> Any:
-    """Marker (with the receipt) → rows → files (:func:`remove_session`)."""
-    sid, now = ctx.sid, ctx.now()
+    """Marker (with the receipt) → rows → files (:func:`remove_session`).
+
+    Seed 000 §3.3: "thread.delete first stops admission and active or recovered execution": in the same
+    transaction, a turn still running ends ``aborted`` with what it still asked (its pending approvals and
+    questions ``cancelled``, :mod:`runtime.handlers.turn_aftermath`), and after the delete ``turn.ended`` and
+    ``approval.resolved`` / ``interaction.resolved`` say so, before ``session.deleted``: a sidecar waiting
+    on an answer stops waiting."""
+    sid, now, faults = ctx.sid, ctx.now(), ctx.faults
+    ended: list[tuple[list[dict[str, Any]], turn_aftermath.Aftermath]] = []
 
     def op(conn: Any) -> Any:
+        aborted = abort_running(conn, sid, now)
+        settled = turn_aftermath.settle(conn, sid, aborted, "aborted", None, now, faults)
+        turns = [t for t in (get_turn(conn, turn_id) for turn_id in aborted) if t is not None]
         index.delete_session_rows(conn, sid, now_ms=now)
         queue.forget_session(conn, sid)
+        ended[:] = [(turns, settled)]  # the last try's (a transaction may be run again)
         return {"sessionId": sid, "deleted": True}
 
-    return await remove_session(ctx, key, op, points="delete")
+    def announce() -> None:
+        for turns, settled in ended:
+            for turn in turns:
+                ctx.publish("turn.ended", {"turn": {k: v for k, v in turn.items() if v is not None}})
+            turn_aftermath.publish(ctx, settled)
+
+    return await remove_session(ctx, key, op, points="delete", announce=announce)

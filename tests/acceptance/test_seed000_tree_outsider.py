@@ -355,3 +355,42 @@ async def test_a_blob_only_a_tombstone_in_an_archived_branch_holds_is_spared_in_
             assert u2["deleted"] is True
             assert [b.get("evicted") for b in u2["blocks"] if b["type"] == "attachment"] == [True]
 
+
+async def test_a_thread_deleted_while_its_sidecar_waits_on_an_approval_releases_the_waiter_and_admits_nothing(
+        tmp_path: Path) -> None:
+    """Seed 000 §3.3: "thread.delete first stops admission and active or recovered execution". The sidecar
+    of a running turn waits on an approval and a question when a UI deletes the thread: it is told both are
+    over (``*.resolved`` ``cancelled``, its turn ``turn.ended`` ``aborted``) before ``session.deleted``, and
+    each later write of that turn — a checkpoint, a reply, another
+    request, a new turn — is SESSION_NOT_FOUND."""
+    data = data_dir(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(data, kind="agent", client_id="sidecar") as (proc, sc):
+            sid = (await sc.call("session.create", {}))["id"]
+            await say(sc, sid, "u1", "go")
+            await sc.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await sc.subscribe(["approval.resolved", "interaction.resolved", "session.deleted", "turn.ended"],
+                               session_id=sid)
+            await sc.call("approvals.request", {"sessionId": sid, "turnId": "t1", "tool": "Bash", "risk": "high"})
+            await sc.call("interactions.request", {"sessionId": sid, "turnId": "t1", "question": "?",
+                                                   "allowFreeText": True})
+            async with real_host_client(proc, "ui-1", "ui") as ui:
+                assert (await ui.call("session.delete", {"sessionId": sid}))["deleted"] is True
+            seen: list[tuple[str, str | None]] = []
+            with trio.fail_after(10):
+                while not seen or seen[-1][0] != "session.deleted":
+                    event = await sc.next_event()
+                    row = event.data.get("request") or event.data.get("turn") or {}
+                    seen.append((event.topic, row.get("status")))
+            assert sorted(seen) == [("approval.resolved", "cancelled"), ("interaction.resolved", "cancelled"),
+                                    ("session.deleted", None), ("turn.ended", "aborted")], seen
+            for method, params in (
+                    ("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
+                                                     "message": msg("x1", "partial", role="assistant")}),
+                    ("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                               "message": msg("x1", "final", role="assistant")}),
+                    ("approvals.request", {"sessionId": sid, "turnId": "t1", "tool": "Edit", "risk": "low"}),
+                    ("session.startTurn", {"sessionId": sid, "turnId": "t2"})):
+                assert await code_of(sc, method, params) == "SESSION_NOT_FOUND", method
+            assert (await sc.call("approvals.pending", {}))["pending"] == []
+            assert all(s["id"] != sid for s in (await sc.call("session.list", {}))["sessions"])
