@@ -338,22 +338,38 @@ def _created_header(path: Path) -> dict[str, Any] | None:
 
 
 async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Callable[[Any], T], *,
-                         points: str, announce: Callable[[], None] | None = None) -> T:
+                         points: str) -> T:
     """The delete protocol (``session.delete``, ``sessions.purge``): the marker (with the receipt) → the
     rows (``rows(conn)``, its value the answer) → the files (``store/transcripts/session_files.py``).
     Fault points ``<points>.after_marker`` / ``<points>.before_files``.
 
     A failure after the marker: if the session's rows stayed, the delete did not happen and its marker
     goes; if they went, it did (the session's next catch-up, or boot, finishes it from the marker). Not
-    known, or the marker cannot go: it stays (boot finishes the delete, as after a kill)."""
-    paths, sid = ctx.paths, ctx.sid
+    known, or the marker cannot go: it stays (boot finishes the delete, as after a kill).
+
+    Seed 000 §3.3: "thread.delete first stops admission and active or recovered execution": in the rows'
+    transaction a turn still running ends ``aborted`` with what it still asked (its pending approvals and
+    questions ``cancelled``, :mod:`runtime.handlers.turn_aftermath`), and after the delete ``turn.ended`` and
+    ``approval.resolved`` / ``interaction.resolved`` say so, before ``session.deleted``: a sidecar waiting on
+    an answer stops waiting."""
+    paths, sid, now, faults = ctx.paths, ctx.sid, ctx.now(), ctx.faults
+    ended: list[tuple[list[dict[str, Any]], turn_aftermath.Aftermath]] = []
+
+    def stop_then_remove(conn: Any) -> T:
+        aborted = abort_running(conn, sid, now)
+        settled = turn_aftermath.settle(conn, sid, aborted, "aborted", None, now, faults)
+        turns = [t for t in (get_turn(conn, turn_id) for turn_id in aborted) if t is not None]
+        result = rows(conn)
+        ended[:] = [(turns, settled)]  # the last try's (a transaction may be run again)
+        return result
+
     await ctx.close_writer()
     header = await ctx.io(_created_header, paths.transcript)
     created = await ctx.read(partial(orphans.created_receipts, header=header), sid)  # into the deleted-sessions log
     await ctx.io(write_delete_marker, paths, file_record(key) if key is not None else None, created)
     try:
         await ctx.io(ctx.faults.point, f"{points}.after_marker")
-        result = await ctx.commit(rows)
+        result = await ctx.commit(stop_then_remove)
     except Exception:
         try:
             if not await ctx.read(receipts.landed, key, lambda conn: index.session_row(conn, sid) is None):
@@ -362,42 +378,27 @@ async def remove_session(ctx: SessionContext, key: ReceiptKey | None, rows: Call
             log.warning("could not withdraw the delete marker of session %s", sid, exc_info=True)
         raise
     await ctx.io(ctx.faults.point, f"{points}.before_files")
-    now, faults = ctx.now(), ctx.faults
+    now = ctx.now()
     await ctx.io(lambda: finish_delete(paths, now_ms=now, faults=faults))
     ctx.forget_session()
     control = ctx.services.extra.get(queue_control.SERVICE)
     if isinstance(control, queue_control.QueueControl):
         control.forget(sid)  # its controller drives no queue any more
-    if announce is not None:
-        announce()
+    for turns, settled in ended:
+        for turn in turns:
+            ctx.publish("turn.ended", {"turn": {k: v for k, v in turn.items() if v is not None}})
+        turn_aftermath.publish(ctx, settled)
     ctx.publish("session.deleted", {"sessionId": sid})
     return result
 
 
 async def delete(ctx: SessionContext, p: m.SessionDeleteParams, key: ReceiptKey | None) -> Any:
-    """Marker (with the receipt) → rows → files (:func:`remove_session`).
-
-    Seed 000 §3.3: "thread.delete first stops admission and active or recovered execution": in the same
-    transaction, a turn still running ends ``aborted`` with what it still asked (its pending approvals and
-    questions ``cancelled``, :mod:`runtime.handlers.turn_aftermath`), and after the delete ``turn.ended`` and
-    ``approval.resolved`` / ``interaction.resolved`` say so, before ``session.deleted``: a sidecar waiting
-    on an answer stops waiting."""
-    sid, now, faults = ctx.sid, ctx.now(), ctx.faults
-    ended: list[tuple[list[dict[str, Any]], turn_aftermath.Aftermath]] = []
+    """Marker (with the receipt) → rows → files (:func:`remove_session`)."""
+    sid, now = ctx.sid, ctx.now()
 
     def op(conn: Any) -> Any:
-        aborted = abort_running(conn, sid, now)
-        settled = turn_aftermath.settle(conn, sid, aborted, "aborted", None, now, faults)
-        turns = [t for t in (get_turn(conn, turn_id) for turn_id in aborted) if t is not None]
         index.delete_session_rows(conn, sid, now_ms=now)
         queue.forget_session(conn, sid)
-        ended[:] = [(turns, settled)]  # the last try's (a transaction may be run again)
         return {"sessionId": sid, "deleted": True}
 
-    def announce() -> None:
-        for turns, settled in ended:
-            for turn in turns:
-                ctx.publish("turn.ended", {"turn": {k: v for k, v in turn.items() if v is not None}})
-            turn_aftermath.publish(ctx, settled)
-
-    return await remove_session(ctx, key, op, points="delete", announce=announce)
+    return await remove_session(ctx, key, op, points="delete")

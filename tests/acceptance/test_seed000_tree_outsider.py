@@ -358,39 +358,48 @@ async def test_a_blob_only_a_tombstone_in_an_archived_branch_holds_is_spared_in_
 
 async def test_a_thread_deleted_while_its_sidecar_waits_on_an_approval_releases_the_waiter_and_admits_nothing(
         tmp_path: Path) -> None:
-    """Seed 000 §3.3: "thread.delete first stops admission and active or recovered execution". The sidecar
-    of a running turn waits on an approval and a question when a UI deletes the thread: it is told both are
-    over (``*.resolved`` ``cancelled``, its turn ``turn.ended`` ``aborted``) before ``session.deleted``, and
-    each later write of that turn — a checkpoint, a reply, another
-    request, a new turn — is SESSION_NOT_FOUND."""
+    """Seed 000 §3.3: "thread.delete first stops admission and active or recovered execution" (and "Physical
+    deletion is reserved for an entire Thread": a purge from the trash is one too). The sidecar of a running
+    turn waits on an approval and a question when a UI deletes the thread (``session.delete``, or
+    ``sessions.trash`` then ``sessions.purge``): it is told both are over (``*.resolved`` ``cancelled``, its
+    turn ``turn.ended`` ``aborted``) before ``session.deleted``, and each later write of that turn — a
+    checkpoint, a reply, another request, a new turn — is SESSION_NOT_FOUND."""
     data = data_dir(tmp_path)
     with trio.fail_after(90):
-        async with real_host(data, kind="agent", client_id="sidecar") as (proc, sc):
-            sid = (await sc.call("session.create", {}))["id"]
-            await say(sc, sid, "u1", "go")
-            await sc.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
-            await sc.subscribe(["approval.resolved", "interaction.resolved", "session.deleted", "turn.ended"],
-                               session_id=sid)
-            await sc.call("approvals.request", {"sessionId": sid, "turnId": "t1", "tool": "Bash", "risk": "high"})
-            await sc.call("interactions.request", {"sessionId": sid, "turnId": "t1", "question": "?",
-                                                   "allowFreeText": True})
-            async with real_host_client(proc, "ui-1", "ui") as ui:
-                assert (await ui.call("session.delete", {"sessionId": sid}))["deleted"] is True
-            seen: list[tuple[str, str | None]] = []
-            with trio.fail_after(10):
-                while not seen or seen[-1][0] != "session.deleted":
-                    event = await sc.next_event()
-                    row = event.data.get("request") or event.data.get("turn") or {}
-                    seen.append((event.topic, row.get("status")))
-            assert sorted(seen) == [("approval.resolved", "cancelled"), ("interaction.resolved", "cancelled"),
-                                    ("session.deleted", None), ("turn.ended", "aborted")], seen
-            for method, params in (
-                    ("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
-                                                     "message": msg("x1", "partial", role="assistant")}),
-                    ("session.appendMessage", {"sessionId": sid, "turnId": "t1",
-                                               "message": msg("x1", "final", role="assistant")}),
-                    ("approvals.request", {"sessionId": sid, "turnId": "t1", "tool": "Edit", "risk": "low"}),
-                    ("session.startTurn", {"sessionId": sid, "turnId": "t2"})):
-                assert await code_of(sc, method, params) == "SESSION_NOT_FOUND", method
-            assert (await sc.call("approvals.pending", {}))["pending"] == []
-            assert all(s["id"] != sid for s in (await sc.call("session.list", {}))["sessions"])
+        async with real_host(data, kind="agent", client_id="sidecar") as (proc, sc), \
+                real_host_client(proc, "ui-1", "ui") as ui:
+            for how in ("delete", "purge"):
+                sid = (await sc.call("session.create", {}))["id"]
+                await say(sc, sid, f"u-{how}", "go")
+                await sc.call("session.startTurn", {"sessionId": sid, "turnId": f"t-{how}"})
+                sub = await sc.subscribe(["approval.resolved", "interaction.resolved", "session.deleted",
+                                          "turn.ended"], session_id=sid)
+                await sc.call("approvals.request", {"sessionId": sid, "turnId": f"t-{how}", "tool": "Bash",
+                                                    "risk": "high"})
+                await sc.call("interactions.request", {"sessionId": sid, "turnId": f"t-{how}", "question": "?",
+                                                       "allowFreeText": True})
+                if how == "delete":
+                    assert (await ui.call("session.delete", {"sessionId": sid}))["deleted"] is True
+                else:
+                    await ui.call("sessions.trash", {"sessionId": sid})
+                    await ui.call("sessions.purge", {"sessionId": sid})
+                seen: list[tuple[str, str | None]] = []
+                with trio.fail_after(10):
+                    while not seen or seen[-1][0] != "session.deleted":
+                        event = await sc.next_event()
+                        row = event.data.get("request") or event.data.get("turn") or {}
+                        seen.append((event.topic, row.get("status")))
+                assert sorted(seen) == [("approval.resolved", "cancelled"), ("interaction.resolved", "cancelled"),
+                                        ("session.deleted", None), ("turn.ended", "aborted")], (how, seen)
+                await sc.call("events.unsubscribe", {"subscriptionId": sub["subscriptionId"]})
+                for method, params in (
+                        ("session.saveInflightMessage", {"sessionId": sid, "turnId": f"t-{how}",
+                                                         "message": msg("x1", "partial", role="assistant")}),
+                        ("session.appendMessage", {"sessionId": sid, "turnId": f"t-{how}",
+                                                   "message": msg("x1", "final", role="assistant")}),
+                        ("approvals.request", {"sessionId": sid, "turnId": f"t-{how}", "tool": "Edit",
+                                               "risk": "low"}),
+                        ("session.startTurn", {"sessionId": sid, "turnId": f"t2-{how}"})):
+                    assert await code_of(sc, method, params) == "SESSION_NOT_FOUND", (how, method)
+                assert (await sc.call("approvals.pending", {}))["pending"] == []
+                assert all(s["id"] != sid for s in (await sc.call("session.list", {}))["sessions"])
