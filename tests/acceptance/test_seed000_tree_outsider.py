@@ -403,3 +403,37 @@ async def test_a_thread_deleted_while_its_sidecar_waits_on_an_approval_releases_
                     assert await code_of(sc, method, params) == "SESSION_NOT_FOUND", (how, method)
                 assert (await sc.call("approvals.pending", {}))["pending"] == []
                 assert all(s["id"] != sid for s in (await sc.call("session.list", {}))["sessions"])
+
+
+# ----------------------------------------------------------------- tool calls x approvals x restart (§2.2)
+
+async def test_a_tool_call_and_its_result_stay_separate_nodes_across_an_answered_approval_and_a_kill(
+        tmp_path: Path) -> None:
+    """Seed 000 §2.2: "Node types include user and assistant messages, tool calls and results, approval
+    decisions ... Tool calls and results are separate because approval can pause for an arbitrary time." The
+    reply naming a tool call is a node before the approval is answered; the answer is recorded; the host
+    is SIGKILLed and its database lost between the answer and the result. After the restart the decision
+    still reads back next to its turn, and the result appended then follows the call in the history."""
+    data = data_dir(tmp_path)
+    call = {"type": "tool_call", "callId": "call-1", "name": "Bash", "args": {"cmd": "ls"}}
+    with trio.fail_after(90):
+        async with real_host(data, kind="agent", client_id="sidecar") as (proc, sc):
+            sid = (await sc.call("session.create", {}))["id"]
+            await say(sc, sid, "u1", "list the files")
+            await sc.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            await say(sc, sid, "a1", "", "assistant", turnId="t1", blocks=[call])
+            rid = (await sc.call("approvals.request", {"sessionId": sid, "turnId": "t1", "toolCallId": "call-1",
+                                                       "tool": "Bash", "risk": "low"}))["request"]["requestId"]
+            assert await ctx_ids(sc, sid) == ["u1", "a1"]  # the call is history while the approval waits
+            async with real_host_client(proc, "ui-1", "ui") as ui:
+                answered = await ui.call("approvals.respond", {"sessionId": sid, "requestId": rid,
+                                                               "optionId": "allow_once"})
+                assert answered["request"]["status"] == "allowed"
+        async with real_host(data, kind="agent", client_id="sidecar") as (_proc, sc):
+            page = await sc.call("session.get", {"sessionId": sid, "full": True})
+            decided = [(d["requestId"], d["status"]) for d in page.get("decisions", [])]
+            assert decided == [(rid, "allowed")], page.get("decisions")
+            await say(sc, sid, "r1", "a.txt", "tool", turnId="t1", toolName="Bash")  # the result: a tool row
+            assert await ctx_ids(sc, sid) == ["u1", "a1", "r1"]
+            nodes = {n["id"]: n for n in (await tree(sc, sid))["nodes"]}
+            assert nodes["r1"]["parentId"] == "a1" and nodes["a1"]["parentId"] == "u1"
