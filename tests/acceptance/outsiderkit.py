@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -72,3 +73,17 @@ async def nested_branches(c: HostClient, sid: str) -> None:
     await say(c, sid, "b2", "second reply, first try", "assistant")
     await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "b2", "mode": "regenerate"})
     await say(c, sid, "b2x", "second reply, newest", "assistant")
+
+
+async def put_file(c: HostClient, fill: bytes, size: int = 1000) -> dict[str, Any]:
+    """``attachments.put`` of a file ``f.bin`` holding ``fill * size`` bytes: its answer (``ref``, ``size``)."""
+    result: dict[str, Any] = await c.call("attachments.put", {
+        "name": "f.bin", "mimeType": "application/octet-stream", "kind": "file",
+        "dataBase64": base64.b64encode(fill * size).decode()})
+    return result
+
+
+def file_block(blob: dict[str, Any]) -> dict[str, Any]:
+    """The attachment block of a message that references the blob :func:`put_file` answered."""
+    return {"type": "attachment", "kind": "file", "name": "f.bin", "ref": blob["ref"],
+            "mimeType": "application/octet-stream", "size": blob["size"]}

@@ -8,7 +8,6 @@ steps) and speaks only the wire protocol of protocol/README.md."""
 
 from __future__ import annotations
 
-import base64
 import json
 import sqlite3
 from pathlib import Path
@@ -17,7 +16,17 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, ctx_ids, data_dir, error_of, nested_branches, real_host, say
+from tests.acceptance.outsiderkit import (
+    code_of,
+    ctx_ids,
+    data_dir,
+    error_of,
+    file_block,
+    nested_branches,
+    put_file,
+    real_host,
+    say,
+)
 from tests.hostkit import HostProcess, call_killed_at, msg
 from tests.importers.test_pi_branches import HEADER, STAGE_3, entry
 
@@ -444,17 +453,6 @@ async def test_a_secret_rotated_twice_across_kills_still_verifies_and_a_swapped_
 
 # ----------------------------------------------------------------------- attachments budget (§2.3, §5)
 
-async def _put(c: HostClient, fill: bytes, size: int = 1000) -> dict[str, Any]:
-    result: dict[str, Any] = await c.call("attachments.put", {
-        "name": "f.bin", "mimeType": "application/octet-stream", "kind": "file",
-        "dataBase64": base64.b64encode(fill * size).decode()})
-    return result
-
-
-def _att(blob: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "attachment", "kind": "file", "name": "f.bin", "ref": blob["ref"],
-            "mimeType": "application/octet-stream", "size": blob["size"]}
-
 
 async def test_the_budget_is_200_mb_and_eviction_starts_only_one_byte_past_it(tmp_path: Path) -> None:
     """Seed 000 §2.3/§5: a separate 200 MB management budget; cleanup removes the oldest attachments outside
@@ -468,13 +466,13 @@ async def test_the_budget_is_200_mb_and_eviction_starts_only_one_byte_past_it(tm
             assert (await c.call("attachments.estimate", {}))["budgetBytes"] == 200 * 1024 * 1024
             active = (await c.call("session.create", {}))["id"]
             other = (await c.call("session.create", {}))["id"]
-            blobs = [await _put(c, bytes([fill])) for fill in b"abc"]
-            mine = await _put(c, b"m")
+            blobs = [await put_file(c, bytes([fill])) for fill in b"abc"]
+            mine = await put_file(c, b"m")
             for i, blob in enumerate(blobs):
                 await c.call("session.appendMessage", {"sessionId": other, "message": msg(
-                    f"o{i}", "x", blocks=[_att(blob)])})
+                    f"o{i}", "x", blocks=[file_block(blob)])})
             await c.call("session.appendMessage", {"sessionId": active, "message": msg(
-                "k1", "x", blocks=[_att(mine)])})
+                "k1", "x", blocks=[file_block(mine)])})
             await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 4000})
             at = await c.call("attachments.gc", {"activeSessionId": active})
             assert at["evicted"] == [] and at["estimate"]["usedBytes"] == 4000
@@ -513,9 +511,9 @@ async def test_the_default_budget_holds_exactly_200_mb_and_one_byte_more_evicts(
                 209_715_200, 209_715_200, 100.0, True)
             active = (await c.call("session.create", {}))["id"]
             assert (await c.call("attachments.gc", {"activeSessionId": active}))["evicted"] == []
-            byte = await _put(c, b"!", 1)
+            byte = await put_file(c, b"!", 1)
             await c.call("session.appendMessage", {"sessionId": active, "message": msg(
-                "k1", "x", blocks=[_att(byte)])})
+                "k1", "x", blocks=[file_block(byte)])})
             gc = await c.call("attachments.gc", {"activeSessionId": active})
             assert gc["evicted"] == [big["sha256"]]
             assert gc["estimate"]["usedBytes"] == 1
@@ -534,9 +532,9 @@ async def test_an_evicted_blobs_references_stay_marked_after_the_database_is_los
         async with real_host(data) as (_proc, c):
             active = (await c.call("session.create", {}))["id"]
             other = (await c.call("session.create", {}))["id"]
-            gone = await _put(c, b"g")
+            gone = await put_file(c, b"g")
             await c.call("session.appendMessage", {"sessionId": other, "message": msg(
-                "o1", "x", blocks=[{"type": "text", "text": "see"}, _att(gone)])})
+                "o1", "x", blocks=[{"type": "text", "text": "see"}, file_block(gone)])})
             await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 10})
             assert (await c.call("attachments.gc", {"activeSessionId": active}))["evicted"] == [gone["sha256"]]
         lose_database(data)
@@ -547,7 +545,7 @@ async def test_an_evicted_blobs_references_stay_marked_after_the_database_is_los
             assert [b.get("evicted") for b in message["blocks"] if b["type"] == "attachment"] == [True]
             assert (await c.call("attachments.get", {"sha256": gone["sha256"]}))["deletionState"] == "evicted"
             assert (await c.call("attachments.estimate", {}))["usedBytes"] == 0
-            await _put(c, b"g")
+            await put_file(c, b"g")
             assert (await c.call("attachments.get", {"sha256": gone["sha256"]}))["deletionState"] == "live"
             assert (await c.call("attachments.estimate", {}))["usedBytes"] == 1000
             (message,) = (await c.call("session.get", {"sessionId": other}))["messages"]
@@ -562,7 +560,7 @@ async def test_concurrent_copies_of_a_keyed_gc_evict_once_and_answer_alike(tmp_p
     with trio.fail_after(60):
         async with real_host(data) as (proc, c):
             active = (await c.call("session.create", {}))["id"]
-            blobs = [await _put(c, bytes([fill])) for fill in b"xyz"]
+            blobs = [await put_file(c, bytes([fill])) for fill in b"xyz"]
             await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 2500})
             answers: list[Any] = []
             async with second_client(proc) as d:

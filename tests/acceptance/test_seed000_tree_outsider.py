@@ -8,7 +8,6 @@ processes (SIGKILL between steps) and speaks only the wire protocol of protocol/
 
 from __future__ import annotations
 
-import base64
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, ctx_ids, data_dir, error_of, real_host, say
+from tests.acceptance.outsiderkit import code_of, ctx_ids, data_dir, error_of, file_block, put_file, real_host, say
 from tests.hostkit import HostProcess, call_killed_at, msg
 
 
@@ -29,18 +28,6 @@ def lose_database(data: Path) -> None:
 async def tree(c: HostClient, sid: str) -> dict[str, Any]:
     result: dict[str, Any] = await c.call("session.tree", {"sessionId": sid})
     return result
-
-
-async def put(c: HostClient, fill: bytes, size: int = 1000) -> dict[str, Any]:
-    result: dict[str, Any] = await c.call("attachments.put", {
-        "name": "f.bin", "mimeType": "application/octet-stream", "kind": "file",
-        "dataBase64": base64.b64encode(fill * size).decode()})
-    return result
-
-
-def att(blob: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "attachment", "kind": "file", "name": "f.bin", "ref": blob["ref"],
-            "mimeType": "application/octet-stream", "size": blob["size"]}
 
 
 def now_ms() -> int:
@@ -93,7 +80,7 @@ async def test_bad_input_gets_a_clear_code_and_changes_nothing(tmp_path: Path) -
             await say(c, sid, "u1", "q")
             await say(c, sid, "a1", "r", "assistant")
             await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
-            await put(c, b"x")
+            await put_file(c, b"x")
             before_tree = await tree(c, sid)
             before_ctx = await ctx_ids(c, sid)
             before_est = await c.call("attachments.estimate", {})
@@ -182,10 +169,10 @@ async def test_a_thread_delete_killed_after_its_log_line_finishes_on_a_keyed_ret
         async with real_host(data, kind="agent", client_id="sidecar") as (_proc, c):
             sid = (await c.call("session.create", {}))["id"]
             keep = (await c.call("session.create", {}))["id"]
-            blob = await put(c, b"d")
+            blob = await put_file(c, b"d")
             for s, turn in ((sid, "t-del"), (keep, "t-keep")):
                 await c.call("session.appendMessage", {"sessionId": s, "message": msg(
-                    f"m-{turn}", "see", blocks=[att(blob)])})
+                    f"m-{turn}", "see", blocks=[file_block(blob)])})
                 await c.call("attachments.ref", {"sha256": blob["sha256"], "sessionId": s,
                                                  "messageId": f"m-{turn}"})
                 await c.call("session.startTurn", {"sessionId": s, "turnId": turn, "environment": {"version": 1}})
@@ -293,13 +280,13 @@ async def test_eviction_killed_between_marking_and_unlinking_finishes_on_retry_a
         async with real_host(data) as (_proc, c):
             active = (await c.call("session.create", {}))["id"]
             other = (await c.call("session.create", {}))["id"]
-            in_active = await put(c, b"A")  # the oldest of all, but in the active thread
-            oldest_out, newer_out = await put(c, b"O"), await put(c, b"N")
+            in_active = await put_file(c, b"A")  # the oldest of all, but in the active thread
+            oldest_out, newer_out = await put_file(c, b"O"), await put_file(c, b"N")
             await c.call("session.appendMessage", {"sessionId": active, "message": msg("k1", "x",
-                                                                                       blocks=[att(in_active)])})
+                                                                                       blocks=[file_block(in_active)])})
             for mid, blob in (("o1", oldest_out), ("o2", newer_out)):
                 await c.call("session.appendMessage", {"sessionId": other, "message": msg(mid, "x",
-                                                                                          blocks=[att(blob)])})
+                                                                                          blocks=[file_block(blob)])})
                 await c.call("attachments.ref", {"sha256": blob["sha256"], "sessionId": other, "messageId": mid})
             await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 2500})
         params = {"activeSessionId": active, "submissionId": "gc-1"}
@@ -329,12 +316,12 @@ async def test_a_blob_only_a_tombstone_in_an_archived_branch_holds_is_spared_in_
         async with real_host(data) as (_proc, c):
             active = (await c.call("session.create", {}))["id"]
             other = (await c.call("session.create", {}))["id"]
-            in_active, in_other = await put(c, b"A"), await put(c, b"B")
+            in_active, in_other = await put_file(c, b"A"), await put_file(c, b"B")
             for sid, blob, p in ((active, in_active, "k"), (other, in_other, "o")):
                 await say(c, sid, f"{p}q", "question")
                 await say(c, sid, f"{p}r0", "reply A", "assistant")
                 await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
-                    f"{p}u2", "look", blocks=[{"type": "text", "text": "look"}, att(blob)])})
+                    f"{p}u2", "look", blocks=[{"type": "text", "text": "look"}, file_block(blob)])})
                 await say(c, sid, f"{p}a2", "seen", "assistant")
                 await c.call("session.deleteMessage", {"sessionId": sid, "messageId": f"{p}u2"})
                 await c.call("session.truncateFrom", {"sessionId": sid, "messageId": f"{p}r0",
