@@ -22,6 +22,10 @@ import pytest
 from store.attachments import AttachmentFiles
 from store.indexing.database import in_transaction
 from store.interchange.import_write import ImportTarget
+from store.interchange.importers import IMPORTERS
+from store.interchange.importers.report import SessionReport
+from store.interchange.imports import import_unit
+from store.transcripts.transcript import read_transcript
 from tests.schema_image import fresh_file_db
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,3 +129,13 @@ def tx(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
 
 def rows(conn: sqlite3.Connection, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     return conn.execute(sql, args).fetchall()
+
+
+def import_new(db: sqlite3.Connection, target: ImportTarget, source: str,
+               path: Path) -> tuple[SessionReport, list[dict[str, Any]]]:
+    """Import the one session file ``path`` with the ``source`` importer into a database that never saw it:
+    its report (status ``new``, asserted) and the records of the transcript it wrote."""
+    (unit,) = IMPORTERS[source].discover(path)
+    rep = import_unit(db, unit, target, now_ms=NOW)
+    assert rep.status == "new", rep.status
+    return rep, [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]

@@ -16,10 +16,7 @@ import orjson
 
 from store.interchange.export import ExportOptions, export_session
 from store.interchange.import_write import ImportTarget
-from store.interchange.importers import IMPORTERS
-from store.interchange.imports import import_unit
-from store.transcripts.transcript import read_transcript
-from tests.samplekit import NOW
+from tests.samplekit import import_new
 
 CURATED = "claude-code/agent-sessions_CURATED_schema_coverage.jsonl"
 
@@ -28,11 +25,8 @@ def test_api_errors_are_system_notices(untouched_samples: Path, db: sqlite3.Conn
                                        tmp_path: Path) -> None:
     path = untouched_samples / CURATED
     raw = [orjson.loads(line) for line in path.read_bytes().splitlines()]
-    (unit,) = IMPORTERS["claude-code"].discover(path)
-    rep = import_unit(db, unit, target, now_ms=NOW)
-    assert rep.status == "new"
+    rep, messages = import_new(db, target, "claude-code", path)
     assert "system/api_error" not in rep.files[0].skipped and "system/error" not in rep.files[0].skipped
-    messages = [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]
     errors = [m for m in messages if (m.get("meta") or {}).get("importedKind") in ("system/api_error", "system/error")]
     assert all(m["role"] == "system" for m in errors)
     assert [m["meta"]["error"] for m in errors] == [

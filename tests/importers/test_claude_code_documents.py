@@ -18,10 +18,7 @@ from typing import Any
 import orjson
 
 from store.interchange.import_write import ImportTarget
-from store.interchange.importers import IMPORTERS
-from store.interchange.imports import import_unit
-from store.transcripts.transcript import read_transcript
-from tests.samplekit import NOW, rows
+from tests.samplekit import import_new, rows
 
 PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
 SAMPLE = "claude-code/spotter_v2.1.38_short_hooks_local_command.jsonl"
@@ -45,11 +42,9 @@ def test_documents_are_file_attachments(untouched_samples: Path, tmp_path: Path,
     path = tmp_path / "proj" / f"{first['sessionId']}.jsonl"
     path.parent.mkdir()
     path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in (user, call, result)))
-    (unit,) = IMPORTERS["claude-code"].discover(path)
-    rep = import_unit(db, unit, target, now_ms=NOW)
-    assert rep.status == "new" and rep.attachments == 3
+    rep, messages = import_new(db, target, "claude-code", path)
+    assert rep.attachments == 3
     assert dict(rep.skipped_blocks) == {"document(url)": 1}
-    messages = [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]
     prompt = messages[0]
     text, spec, notes = prompt["blocks"]
     assert text == {"type": "text", "text": "read these"}

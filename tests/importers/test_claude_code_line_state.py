@@ -18,17 +18,11 @@ from typing import Any
 import orjson
 
 from store.interchange.import_write import ImportTarget
-from store.interchange.importers import IMPORTERS
-from store.interchange.imports import import_unit
-from store.transcripts.transcript import read_transcript
-from tests.samplekit import NOW
+from tests.samplekit import import_new
 
 
 def _messages(db: sqlite3.Connection, target: ImportTarget, path: Path) -> list[dict[str, Any]]:
-    (unit,) = IMPORTERS["claude-code"].discover(path)
-    rep = import_unit(db, unit, target, now_ms=NOW)
-    assert rep.status == "new"
-    return [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]
+    return import_new(db, target, "claude-code", path)[1]
 
 
 def test_permission_mode_changes_are_kept(untouched_samples: Path, db: sqlite3.Connection,

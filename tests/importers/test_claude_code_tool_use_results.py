@@ -16,11 +16,8 @@ import orjson
 
 from store.interchange.export import ExportOptions, export_session
 from store.interchange.import_write import ImportTarget
-from store.interchange.importers import IMPORTERS
 from store.interchange.importers.common import MAX_CUT_STRING_CHARS
-from store.interchange.imports import import_unit
-from store.transcripts.transcript import read_transcript
-from tests.samplekit import NOW
+from tests.samplekit import import_new
 
 CCVIEWER = "claude-code/ccviewer_v1.0.108_inline_sidechains.jsonl"
 
@@ -34,10 +31,8 @@ def test_an_edits_patch_and_original_file_are_kept(untouched_samples: Path, db: 
     path = untouched_samples / CCVIEWER
     line = orjson.loads(path.read_bytes().splitlines()[49])
     (block,) = line["message"]["content"]
-    (unit,) = IMPORTERS["claude-code"].discover(path)
-    rep = import_unit(db, unit, target, now_ms=NOW)
-    assert rep.status == "new" and not any(k.startswith("toolUseResult") for k in rep.skipped_blocks)
-    messages = [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]
+    rep, messages = import_new(db, target, "claude-code", path)
+    assert not any(k.startswith("toolUseResult") for k in rep.skipped_blocks)
     tool = _tool(messages, block["tool_use_id"])
     meta = tool["meta"]
     assert isinstance(meta, dict)
@@ -76,10 +71,8 @@ def test_a_huge_original_file_is_cut_and_counted(tmp_path: Path, db: sqlite3.Con
          "toolUseResult": {"filePath": "/w/f", "originalFile": big, "structuredPatch": [{"lines": ["-a", "+b"]}]}},
     ]
     path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
-    (unit,) = IMPORTERS["claude-code"].discover(path)
-    rep = import_unit(db, unit, target, now_ms=NOW)
-    assert rep.status == "new" and rep.skipped_blocks["toolUseResult(cut)"] == 1
-    messages = [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]
+    rep, messages = import_new(db, target, "claude-code", path)
+    assert rep.skipped_blocks["toolUseResult(cut)"] == 1
     meta = _tool(messages, "toolu_1")["meta"]
     assert isinstance(meta, dict)
     assert meta["toolUseResult"]["originalFile"] == big[:MAX_CUT_STRING_CHARS]

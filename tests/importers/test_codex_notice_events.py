@@ -20,7 +20,7 @@ from store.interchange.import_write import ImportTarget
 from store.interchange.importers import IMPORTERS, codex
 from store.interchange.imports import import_unit
 from store.transcripts.transcript import read_transcript
-from tests.samplekit import NOW
+from tests.samplekit import NOW, import_new
 
 CURATED = "codex/agent-sessions_CURATED_schema_coverage_compacted.jsonl"
 
@@ -29,13 +29,10 @@ def test_review_findings_errors_and_aborted_turns_are_notices(untouched_samples:
                                                               target: ImportTarget) -> None:
     path = untouched_samples / CURATED
     raw = [orjson.loads(line) for line in path.read_bytes().splitlines()]
-    (unit,) = IMPORTERS["codex"].discover(path)
-    rep = import_unit(db, unit, target, now_ms=NOW)
-    assert rep.status == "new"
+    rep, messages = import_new(db, target, "codex", path)
     skipped = rep.files[0].skipped
     for kind in ("error", "turn_aborted", "exited_review_mode"):
         assert f"event_msg/{kind}" not in skipped, kind
-    messages = [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]
     notices = {kind: [m for m in messages if (m.get("meta") or {}).get("importedKind") == f"codex/{kind}"]
                for kind in ("error", "turn_aborted", "exited_review_mode")}
     assert all(m["role"] == "system" for found in notices.values() for m in found)

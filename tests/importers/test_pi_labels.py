@@ -16,10 +16,7 @@ import orjson
 
 from store.interchange.export import ExportOptions, export_session
 from store.interchange.import_write import ImportTarget
-from store.interchange.importers import IMPORTERS
-from store.interchange.imports import import_unit
-from store.transcripts.transcript import read_transcript
-from tests.samplekit import NOW
+from tests.samplekit import import_new
 
 SAMPLE = "pi/agent-history_pi-smoke_session_info_REDACTED.jsonl"
 
@@ -38,10 +35,8 @@ def test_a_label_is_a_notice_naming_its_message(untouched_samples: Path, db: sql
     path = tmp_path / "sessions" / "--tmp-agent-history--" / name
     path.parent.mkdir(parents=True)
     path.write_bytes(data + b"".join(orjson.dumps(x) + b"\n" for x in labels))
-    (unit,) = IMPORTERS["pi"].discover(path)
-    rep = import_unit(db, unit, target, now_ms=NOW)
-    assert rep.status == "new" and "label" not in rep.files[0].skipped
-    messages = [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]
+    rep, messages = import_new(db, target, "pi", path)
+    assert "label" not in rep.files[0].skipped
     assert [m["role"] for m in messages] == ["user", "assistant", "system", "system"]
     reply, set_, cleared = messages[1], messages[2], messages[3]
     assert set_["meta"] == {"importedKind": "pi/label", "targetMessageId": reply["id"], "label": "smoke answer"}
