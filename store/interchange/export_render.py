@@ -61,6 +61,22 @@ def _git_fact(session: Mapping[str, Any]) -> str:
     return " ".join(p for p in parts if p)
 
 
+def _history_facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """An imported session's origin history in header facts (label, value): the model the history named last,
+    its recorded git state, the session that spawned it."""
+    facts: list[tuple[str, str]] = []
+    model = session.get("historyModel")
+    if isinstance(model, Mapping) and model.get("modelId"):
+        provider = model.get("providerId")
+        facts.append(("History model", f"{provider}/{model['modelId']}" if provider else str(model["modelId"])))
+    if git := _git_fact(session):
+        facts.append(("Git", git))
+    spawn = session.get("spawnedBy")
+    if isinstance(spawn, Mapping) and spawn.get("sessionId"):
+        facts.append(("Spawned by", str(spawn["sessionId"])))
+    return facts
+
+
 def _meta(record: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = record.get("meta")
     return meta if isinstance(meta, Mapping) else {}
@@ -89,8 +105,7 @@ class MarkdownWriter(_Writer):
         for key, label in (("source", "Imported from"), ("projectPath", "Project"), ("modelId", "Model")):
             if session.get(key):
                 facts.append(f"{label}: `{session[key]}`")
-        if git := _git_fact(session):
-            facts.append(f"Git: `{git}`")
+        facts += [f"{label}: `{value}`" for label, value in _history_facts(session)]
         facts.append(f"Messages: {session.get('messageCount', 0)}")
         lines += [" · ".join(facts), ""]
         self.emit("\n".join(lines) + "\n")
@@ -230,8 +245,7 @@ class HtmlWriter(_Writer):
         for key, label in (("source", "Imported from"), ("projectPath", "Project"), ("modelId", "Model")):
             if session.get(key):
                 facts.append(f"{label} <code>{html.escape(str(session[key]))}</code>")
-        if git := _git_fact(session):
-            facts.append(f"Git <code>{html.escape(git)}</code>")
+        facts += [f"{label} <code>{html.escape(value)}</code>" for label, value in _history_facts(session)]
         facts.append(f"{int(session.get('messageCount') or 0)} messages")
         self.emit(
             "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

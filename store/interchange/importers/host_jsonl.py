@@ -7,7 +7,8 @@ compaction checkpoint refers to the same way. Message lines with an id seen
 before replace it (the reader rule), tombstoned messages stay out (a first
 pass reads the tombstone lines: the newest per message decides, as in the
 transcript; an export holds none, a transcript copy may), ``session_info``
-names the session; the internal command receipt is dropped. Tombstone lines
+names the session (an export of an imported session: its ``historyModel``, ``historyGit`` and ``spawnedBy``
+go back into the origin history); the internal command receipt is dropped. Tombstone lines
 and unknown line kinds (an export's ``environment`` lines among them) are
 counted and skipped.
 """
@@ -37,6 +38,7 @@ from store.interchange.importers.common import (
     stamp,
     to_ms,
 )
+from store.interchange.origin_history import SPAWN_KEYS
 from store.transcripts.records import ROLES
 
 SOURCE = "pi-host"
@@ -116,6 +118,7 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
                 for branch in branches if isinstance(branches, list) else ():
                     meta.saw_git(branch)
                 meta.saw_git(git.get("branch"), git.get("commit"), git.get("repositoryUrl"))
+            _history(rec, meta)
         elif kind in SKIPPED:
             file.skipped[str(kind)] += 1
         else:
@@ -125,6 +128,19 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
         raise Refused("NOT_A_SESSION_FILE", f"{path} has no pi-host session header")
     yield from emitter.finish()
     file_report(reader, file)
+
+
+def _history(info: Mapping[str, Any], meta: SessionMeta) -> None:
+    """An export of an imported session: the model its history named last (``historyModel``) and the session
+    that spawned it (``spawnedBy``) go back into the origin history, as the source's importer put them there."""
+    model = info.get("historyModel")
+    if isinstance(model, Mapping) and isinstance(model.get("modelId"), str) and model["modelId"]:
+        meta.history["modelId"] = model["modelId"]
+        if isinstance(model.get("providerId"), str) and model["providerId"]:
+            meta.history["providerId"] = model["providerId"]
+    spawn = info.get("spawnedBy")
+    if isinstance(spawn, Mapping) and isinstance(spawn.get("sessionId"), str) and spawn["sessionId"]:
+        meta.history["spawnedBy"] = {k: spawn[k] for k in SPAWN_KEYS if isinstance(spawn.get(k), str) and spawn[k]}
 
 
 def _tombstoned(path: Path, ctx: ParseContext) -> frozenset[str]:
