@@ -36,12 +36,12 @@ DB writer's ask timeout), so a transaction that commits is announced even if
 the actor is stopped or killed meanwhile. A failed write (the DB writer
 restarting, an I/O error) is retried with exponential backoff.
 
-A request whose stored status is damaged (outside its set, never settled: ``store.approvals._PENDING``) is
-in no index: the wake-ups' reads (on start, on each :class:`Tick` and after an expiry) scan the approvals
-and interactions tables for its deadline, a new request's tell does not; so it expires at its deadline, or
-at the latest on the next wake-up (another deadline, or ``max_sleep``) when it was damaged after the last
-one and a later tell's read replaced it. The scan is bounded by the tables' size: about 13 ms per
-100,000 rows of 200-byte summaries, warm cache.
+A request whose stored status is damaged (outside its set, never settled: ``store.approvals._PENDING``,
+``store.plans.PENDING``) is in no index: the wake-ups' reads (on start, on each :class:`Tick` and after an
+expiry) scan the approvals, interactions and plan approvals tables for its deadline, a new request's tell
+does not; so it expires at its deadline, or at the latest on the next wake-up (another deadline, or
+``max_sleep``) when it was damaged after the last one and a later tell's read replaced it. The scan is
+bounded by the tables' size: about 13 ms per 100,000 rows of 200-byte summaries, warm cache.
 
 Restarts: nothing lives only in memory. The boot fence settles every request
 that was pending before a restart (past its deadline: ``expired`` at it; any
@@ -127,9 +127,9 @@ class ExpiryBatch:
 
 def next_deadline(conn: Any, damaged: bool = False) -> int | None:
     """The earliest deadline of any pending request (approval, interaction, plan/goal approval); ``damaged``:
-    of an approval or interaction whose status is damaged too (a scan of their tables:
-    :func:`store.approvals.next_deadline`)."""
-    found = [at for at in (approvals.next_deadline(conn, damaged=damaged), plans.next_deadline(conn))
+    of one whose status is damaged too (a scan of their tables: :func:`store.approvals.next_deadline`,
+    :func:`store.plans.next_deadline`)."""
+    found = [at for at in (approvals.next_deadline(conn, damaged=damaged), plans.next_deadline(conn, damaged=damaged))
              if at is not None]
     return min(found) if found else None
 

@@ -42,7 +42,7 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
     plans.expire_all_stale(conn, now_ms)  # past its deadline before the restart: expired, not interrupted
     pending = conn.execute(
         "UPDATE plan_approvals SET status = 'interrupted', updated_at = ?, resolved_at = ? "
-        "WHERE status = 'pending'",
+        f"WHERE {plans.PENDING}",  # a damaged one too: it was never settled (plans._DAMAGED_PENDING)
         (now_ms, now_ms),
     ).rowcount
     executions = conn.execute(

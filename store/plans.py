@@ -28,7 +28,7 @@ import sqlite3
 import stat
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -364,8 +364,18 @@ is no proof it ended. It keeps its session in agent mode, its turn's end and the
 
 LIVE_PENDING = "(status = 'pending' AND (expires_at IS NULL OR expires_at > ?))"
 """SQL: a pending row whose deadline has not passed at ``?`` (the host's clock): what holds a session."""
-_STALE = "status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?"
-"""SQL: a row still marked pending whose deadline passed at ``?``."""
+STATUSES: Final = ("pending", "approved", "changes_requested", "rejected", "expired", "interrupted")
+_DAMAGED_PENDING = "(resolved_at IS NULL AND status NOT IN ({}))".format(", ".join(f"'{s}'" for s in STATUSES))
+"""SQL: a row whose status is damaged (outside :data:`STATUSES`; SQLite checks a CHECK on writes only) and that
+has no resolution time, which every transition out of pending sets in the same statement: it was never settled.
+No index holds it (the partial ones are ``status = 'pending'``): a query for it scans the table. It does not hold
+its session (:data:`LIVE_PENDING`) and is never answered (CORRUPT_DATA), but it expires at its deadline and the
+boot fence interrupts it, as ``store.approvals`` does with an approval whose status is damaged."""
+PENDING = f"(status = 'pending' OR {_DAMAGED_PENDING})"
+"""SQL: a row pending, or :data:`_DAMAGED_PENDING` (what the expiry and the boot fence settle)."""
+_STALE = f"{PENDING} AND expires_at IS NOT NULL AND expires_at <= ?"
+"""SQL: a row still pending (or damaged and never settled) whose deadline passed at ``?``: with a session, read
+through the session's index; without one (the boot fence, the timer's due wake-up), a scan."""
 
 
 def _row(row: tuple[Any, ...]) -> dict[str, Any]:
@@ -394,8 +404,7 @@ def markdown_of(conn: sqlite3.Connection, request_id: str) -> str:
 
 _SETS: tuple[tuple[int, tuple[str | None, ...], str], ...] = (
     (_KEYS.index("kind"), ("plan", "goal"), "kind"),
-    (_KEYS.index("status"), ("pending", "approved", "changes_requested", "rejected", "expired", "interrupted"),
-     "status"),
+    (_KEYS.index("status"), STATUSES, "status"),
     (_KEYS.index("action"), (None, "approve", "request_changes", "reject"), "action"),
     (_KEYS.index("targetPermissionMode"), (None, "ask", "accept-edits", "auto"), "target_permission_mode"),
     (_KEYS.index("executionState"), (None, "queued", "running", "completed", "interrupted"), "execution_state"),
@@ -446,10 +455,16 @@ def expire_stale(conn: sqlite3.Connection, session_id: str, now_ms: int) -> int:
         (now_ms, session_id, now_ms)).rowcount
 
 
-def next_deadline(conn: sqlite3.Connection) -> int | None:
-    """The earliest ``expires_at`` of a pending request (None: nothing can expire)."""
-    found = conn.execute("SELECT MIN(expires_at) FROM plan_approvals WHERE status = 'pending'").fetchone()[0]
-    return None if found is None else int(found)
+def next_deadline(conn: sqlite3.Connection, *, damaged: bool = False) -> int | None:
+    """The earliest ``expires_at`` of a pending request (None: nothing can expire), read through the pending
+    rows' index; ``damaged``: of a request whose status is damaged too (:data:`_DAMAGED_PENDING`: a scan, so only
+    on the expiry timer's own wake-ups, never per request)."""
+    found = [conn.execute("SELECT MIN(expires_at) FROM plan_approvals WHERE status = 'pending'").fetchone()[0]]
+    if damaged:
+        found.append(conn.execute(f"SELECT MIN(expires_at) FROM plan_approvals WHERE {_DAMAGED_PENDING}")
+                     .fetchone()[0])
+    deadlines = [int(at) for at in found if at is not None]
+    return min(deadlines) if deadlines else None
 
 
 def lapsed_sessions(conn: sqlite3.Connection, now_ms: int, limit: int) -> list[str]:

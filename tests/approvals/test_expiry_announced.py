@@ -539,3 +539,34 @@ async def test_a_request_whose_status_is_damaged_expires_at_its_deadline_and_is_
             assert db.conn.execute("SELECT resolved_at FROM approvals WHERE request_id = 'apr_bad'").fetchall() == [
                 (BASE + 10 * MINUTE,)]
             assert (await actor.ask(ExpiryStatus())) == {"nextDeadline": None, "expired": 3, "failures": 0}
+
+
+async def test_a_plan_approval_whose_status_is_damaged_expires_at_its_deadline_and_is_announced(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Before, plan approvals were read as pending by ``status = 'pending'`` only: one whose status is damaged (never
+    settled, unanswerable: CORRUPT_DATA) was never expired or announced, and stayed so forever. Now the timer's
+    wake-ups look for it too, as for an approval: one damaged before the timer starts, one while it sleeps."""
+    wall = VirtualWall(BASE)
+    with open_db(tmp_path / "pi.sqlite") as db:
+        for sid in ("s1", "s2", "s3"):
+            _session(db, sid, mode="plan")
+        _plan(db, "plan_bad", "s1", BASE + 10 * MINUTE)
+        _plan(db, "plan_bad2", "s2", BASE + 20 * MINUTE)
+        _plan(db, "plan_ok", "s3", BASE + 30 * MINUTE)
+        _damage_status(db, "plan_approvals", "plan_bad", "pendinf")
+        async with running(db, wall, ExpiryConfig(max_sleep=HOUR / 1000)) as (actor, bus):
+            assert (await actor.ask(ExpiryStatus()))["nextDeadline"] == BASE + 10 * MINUTE
+            _damage_status(db, "plan_approvals", "plan_bad2", "aproved")
+            await wall.sleep_until(BASE + 10 * MINUTE - 1)
+            await trio.testing.wait_all_tasks_blocked()
+            assert announced(bus) == []
+            for at, rid in ((BASE + 10 * MINUTE, "plan_bad"), (BASE + 20 * MINUTE, "plan_bad2"),
+                            (BASE + 30 * MINUTE, "plan_ok")):
+                await wall.sleep_until(at)
+                await trio.testing.wait_all_tasks_blocked()
+                assert _statuses(db)[rid] == "expired" and announced(bus)[-1] == ("plan.resolved", rid, "expired")
+            assert len(announced(bus)) == 3
+            assert db.conn.execute("SELECT resolved_at, error_code FROM plan_approvals "
+                                   "WHERE request_id = 'plan_bad'").fetchall() == [(BASE + 10 * MINUTE, "EXPIRED")]
+            assert (await actor.ask(ExpiryStatus())) == {"nextDeadline": None, "expired": 3, "failures": 0}

@@ -114,3 +114,28 @@ def test_the_turn_end_and_the_boot_fence_end_an_execution_whose_state_is_damaged
     assert [e["executionId"] for e in ended] == ["e-r1"] and ended[0]["executionState"] == "failed"
     assert interruption_fence(conn, now_ms=NOW + 2, boot_id="b")["interruptedExecutions"] == 1
     assert plans.get_execution(conn, "s1", "e-r2")["executionState"] == "interrupted"
+
+
+def test_the_boot_fence_settles_a_request_whose_status_is_damaged(tmp_path: Path) -> None:
+    """Before, the fence interrupted (and expired) plan approvals by ``status = 'pending'`` only: one whose status is
+    damaged and never settled (no resolved_at) stayed so across every restart, unanswerable (CORRUPT_DATA). Now one
+    past its deadline is expired at it and the others are interrupted; a settled one (resolved_at set) is left."""
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    for sid in ("s1", "s2", "s3", "s4"):
+        add_session(conn, sid, mode="plan")
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    for rid, sid, status, expires, resolved in (("r1", "s1", "pendinf", NOW + 1, None),
+                                                ("r2", "s2", "pendinf", None, None),
+                                                ("r3", "s3", "rejectd", NOW - 5, NOW - 10),
+                                                ("r4", "s4", "pending", None, None)):
+        conn.execute(
+            "INSERT INTO plan_approvals(request_id, session_id, turn_id, tool_call_id, kind, plan_json, title, "
+            "question, status, created_at, updated_at, expires_at, resolved_at, artifact_relative_path, "
+            "artifact_sha256, artifact_size_bytes) VALUES "
+            "(?, ?, 't0', ?, 'plan', 'm', 't', 'q', ?, ?, ?, ?, ?, '.pi/plan/x.md', 'h', 1)",
+            (rid, sid, f"c-{rid}", status, NOW - 20, NOW - 20, expires, resolved))
+    conn.execute("PRAGMA ignore_check_constraints = OFF")
+    assert interruption_fence(conn, now_ms=NOW + 2, boot_id="b")["interruptedApprovals"] == 2
+    got = {r[0]: r[1:] for r in conn.execute("SELECT request_id, status, resolved_at FROM plan_approvals")}
+    assert got == {"r1": ("expired", NOW + 1), "r2": ("interrupted", NOW + 2), "r3": ("rejectd", NOW - 10),
+                   "r4": ("interrupted", NOW + 2)}
