@@ -25,6 +25,7 @@ from store.indexing.backlog import CATCH_UP_STEP_BYTES
 from store.indexing.reconcile import ReconcilePlan, clean_plan, open_transcript, plan_catch_up
 from store.jsonio import loads_line
 from store.rules import MAX_REPLY_BYTES
+from store.transcripts.big_line import BIG_STRING, parse_capped
 from store.transcripts.records import blocks_of, cap_content, wire_record
 from store.transcripts.transcript import read_spans, read_transcript
 from store.transcripts.window_reply import encode_window, with_field
@@ -461,26 +462,58 @@ def navigation_call_id(target: Mapping[str, Any] | None) -> str | None:
 
 
 def navigation_parent(path: Path, call_id: str, content_limit: int | None) -> dict[str, Any] | None:
-    """The owning Task row of a nested target, capped like the window (``None`` if absent)."""
-    found = find_tool_call_line(path, call_id)
-    return None if found is None else cap_content(wire_record(found), content_limit)
+    """The owning Task row of a nested target, capped like the window (``None`` if absent). Read cut, a line
+    with strings over ``big_line.BIG_STRING`` bytes is parsed without them, as ``window_reply.project_line``
+    reads one: the same row, at the cost of its bytes rather than a parse of them."""
+    line = _tool_call_line(path, call_id)
+    if line is None:
+        return None
+    capped = parse_capped(line, content_limit) if content_limit and len(line) >= BIG_STRING else None
+    if capped is None:
+        return cap_content(wire_record(loads_line(line)), content_limit)
+    out = cap_content(wire_record(capped[0]), content_limit)
+    if capped[1]:
+        out["truncated"] = True  # a text block parse_capped cut already
+    return out
 
 
 def find_tool_call_line(path: Path, call_id: str) -> dict[str, Any] | None:
-    """The newest message line holding a ``tool_call`` block with ``callId`` (navigation parent)."""
+    """The newest message line holding a ``tool_call`` block with ``callId`` (navigation parent), whole."""
+    line = _tool_call_line(path, call_id)
+    return None if line is None else loads_line(line)
+
+
+def _tool_call_line(path: Path, call_id: str) -> bytes | None:
+    """The bytes of :func:`find_tool_call_line`'s line. Every line naming the id is looked at (the call's
+    result, its subagent's messages): one with strings over ``big_line.BIG_STRING`` bytes is parsed without
+    them (only its type and its blocks' type and ``callId`` are read), so a tool result of tens of MiB costs
+    its bytes, not some 14 times them."""
     needle = call_id.encode()
-    found: dict[str, Any] | None = None
+    found: tuple[int, int] | None = None  # where the newest one lies: not held while later lines are read
     with open(path, "rb") as fh:
         for line in fh:
-            if needle not in line or not line.endswith(b"\n"):
-                continue
-            try:
-                rec = loads_line(line)
-            except ValueError:
-                continue
-            if rec.get("type") != "message":
-                continue
-            for block in blocks_of(rec):
-                if isinstance(block, dict) and block.get("type") == "tool_call" and block.get("callId") == call_id:
-                    found = rec
-    return found
+            if needle in line and line.endswith(b"\n") and _calls(line, call_id):
+                found = (fh.tell() - len(line), len(line))
+            del line
+        if found is None:
+            return None
+        fh.seek(found[0])
+        return fh.read(found[1])
+
+
+def _calls(line: bytes, call_id: str) -> bool:
+    """Whether ``line`` is a message holding a ``tool_call`` block with ``callId``. A large string in a place
+    ``parse_capped`` cannot cut (a key, ``meta``, a tool result's ``content``) or one that is not valid JSON:
+    the line is parsed whole, as before."""
+    capped = parse_capped(line, 1) if len(line) >= BIG_STRING else None
+    if capped is not None:
+        rec = capped[0]
+    else:
+        try:
+            rec = loads_line(line)
+        except ValueError:
+            return False
+    if rec.get("type") != "message":
+        return False
+    return any(isinstance(block, dict) and block.get("type") == "tool_call" and block.get("callId") == call_id
+               for block in blocks_of(rec))
