@@ -442,7 +442,8 @@ def _check_queue(found: dict[tuple[str, str], Outcome], obs: Observation, report
                 report.unexpected.add(f"{name} (its removal was acknowledged)")
             continue
         if push.status == "acked":
-            if count == 0 and rm is None:
+            # a removal that failed definitely (NOT_FOUND: the entry was already gone) took nothing away
+            if count == 0 and (rm is None or rm.status == "failed"):
                 report.lose(name, push)
         elif push.status == "failed":
             if count:

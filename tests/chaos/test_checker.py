@@ -182,6 +182,23 @@ def test_queue_entries_lost_duplicated_or_resurrected() -> None:
     assert any("q2" in name for name in report.unexpected)
 
 
+def test_an_acknowledged_queue_entry_is_lost_when_its_removal_failed_definitely() -> None:
+    # the removal answered NOT_FOUND: it removed nothing, so the entry went missing before it (not excused)
+    h = History()
+    op = h.invoke("w0", "queue_push", "q1", {"sid": SID, "content": "q1"})
+    h.complete(op, "ok", {"entry": {"id": "q1"}})
+    op = h.invoke("w0", "queue_remove", "q1", {"sid": SID, "entryId": "q1"})
+    h.complete(op, "fail", {"code": "NOT_FOUND"})
+    assert check(h, Observation({SID: _session([], queue_keys=["q1"])})).valid
+    report = check(h, Observation({SID: _session([])}))
+    assert report.lost == {f"queue:{SID}/q1"}
+    assert report.anchors[f"queue:{SID}/q1"] == 1  # anchored to the push's acknowledgement
+    # an indeterminate removal may have taken it: absent is allowed then
+    op = h.invoke("w0", "queue_remove", "q1", {"sid": SID, "entryId": "q1"})
+    h.complete(op, "info", {"error": "ClientClosed"})
+    assert check(h, Observation({SID: _session([])})).valid
+
+
 def test_registers_keep_the_last_acknowledged_write() -> None:
     h = History()
     for n, outcome in ((1, "ok"), (2, "ok"), (3, "info")):
