@@ -11,6 +11,11 @@ which session/message references a blob: references a client made
 session files and the queue (origin ``transcript``, ``revision``,
 ``checkpoint``, ``queue``: :func:`scan_references`).
 
+What a put acknowledged is also kept beside the bytes, in ``attachments/<sha256>.meta``
+(:meth:`AttachmentFiles.write_meta`, before the answer; removed with the blob): a database lost and rebuilt
+from the files adopts each blob with it (``store.upgrade.attachment_adopt``), since the blocks that refer to
+a blob hold only its name, a MIME type and ``image``/``file``.
+
 Transcript lines never hold the bytes: an attachment block carries metadata and
 ``ref: "attachments/<sha256>"`` (``protocol.blocks`` refuses inline data).
 
@@ -99,7 +104,15 @@ from store.errors import (
     damaged_setting,
 )
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import TEMP_MARKER, OwedSyncs, fsync_dir, open_nofollow, remove_file_durable, write_all
+from store.fsutil import (
+    TEMP_MARKER,
+    OwedSyncs,
+    atomic_write,
+    fsync_dir,
+    open_nofollow,
+    remove_file_durable,
+    write_all,
+)
 from store.jsonio import loads_stored
 from store.receipts import ReceiptKey, conflict
 from store.safe_open import check_path, is_under, open_under
@@ -129,8 +142,10 @@ __all__ = [
     "pending_gc",
     "plan_eviction",
     "plan_unreferenced",
+    "read_meta_file",
     "record_blob",
     "record_ref",
+    "row_meta",
     "validate_sha",
 ]
 
@@ -254,8 +269,52 @@ class AttachmentFiles:
             os.close(sfd)
         return sha, size
 
+    def meta_path(self, sha: str) -> Path:
+        return self.directory / f"{validate_sha(sha)}{META_SUFFIX}"
+
+    def put_bytes_kept(self, data: bytes, mime_type: str | None) -> tuple[str, int]:
+        """:meth:`put_bytes` and the MIME type in the blob's metadata file (a session import's images: the row
+        it records holds only that, and the file keeps it through a lost database)."""
+        sha, size = self.put_bytes(data)
+        self.write_meta(sha, mime_type, NO_META, None)
+        return sha, size
+
+    def write_meta(self, sha: str, mime_type: str | None, meta: BlobMeta, now_ms: int | None,
+                   prior: Mapping[str, Any] | None = None) -> bool:
+        """Keep the put's metadata beside its blob (``<sha256>.meta``), before the put is acknowledged: the
+        database row is not the only copy (a lost ``pi.sqlite`` is rebuilt from the files; boot's adoption reads
+        this file, :func:`read_meta_file`). Merged as the row is (the first writer's values stay, a re-put fills
+        what is missing); nothing is written when the file already holds all of it (a re-put of the same bytes
+        costs one small read). ``prior``: what the blob's row already holds (:func:`row_meta`), which stays over
+        the put's values as in the row. Atomic replace, fsynced with its directory; True if written."""
+        self.owed.pay()
+        path = self.meta_path(sha)
+        old = read_meta_file(path)
+        new = dict(old) if old is not None else {}
+        for source in (prior or {}, _meta_fields(mime_type, meta), {"createdAt": now_ms}):  # None: the mtime
+            for key, value in source.items():
+                if new.get(key) is None and value is not None:
+                    new[key] = value
+        if old is not None and new == old:
+            return False
+        atomic_write(path, orjson.dumps(new), faults=self.faults, point_prefix="attachments.meta",
+                     owed=self.owed)
+        return True
+
     def delete(self, sha: str) -> bool:
-        return remove_file_durable(self.path(sha))
+        """Remove the blob, then its metadata file (a blob present never lacks the metadata it had)."""
+        gone = remove_file_durable(self.path(sha))
+        remove_file_durable(self.meta_path(sha))
+        return gone
+
+    def meta_names(self) -> list[str]:
+        """The blobs (sha256) that have a metadata file, whether or not their bytes are present."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(n[:-len(META_SUFFIX)] for n in names
+                      if n.endswith(META_SUFFIX) and _SHA_RE.fullmatch(n[:-len(META_SUFFIX)]))
 
     def exists(self, sha: str) -> bool:
         return self.path(sha).is_file()
@@ -285,6 +344,50 @@ class AttachmentFiles:
         except OSError:
             self.owed.owe(self.directory, self.path(sha))
             raise
+
+
+META_SUFFIX = ".meta"
+"""``attachments/<sha256>.meta``: the metadata a put acknowledged (:meth:`AttachmentFiles.write_meta`)."""
+MAX_META_FILE_BYTES = 1 << 20
+_META_KEYS = ("mimeType", "kind", "trust", "provenance", "source", "runId")
+
+
+def _meta_fields(mime_type: str | None, meta: BlobMeta) -> dict[str, Any]:
+    return {"mimeType": mime_type, "kind": meta.kind, "trust": meta.trust, "provenance": meta.provenance,
+            "source": meta.source, "runId": meta.run_id,
+            "meta": dict(meta.meta) if meta.meta is not None else None}
+
+
+def read_meta_file(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """A blob's metadata file, only the fields of the expected types kept (None: no file, or one that cannot be
+    read or parsed: the blob is adopted without it, as before the file existed; doctor names a damaged one)."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        raw = os.read(fd, MAX_META_FILE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_META_FILE_BYTES:
+        return None
+    try:
+        rec = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(rec, dict):
+        return None
+    out: dict[str, Any] = {}
+    for key in _META_KEYS:
+        if isinstance(rec.get(key), str):
+            out[key] = rec[key]
+    if isinstance(rec.get("meta"), dict):
+        out["meta"] = rec["meta"]
+    if type(rec.get("createdAt")) is int:
+        out["createdAt"] = rec["createdAt"]
+    return out
 
 
 def _unlink_quietly(path: Path) -> None:
@@ -404,6 +507,25 @@ def blob_row(conn: sqlite3.Connection, sha: str, *, meta: bool = False) -> dict[
         "runId": row[10], "meta": None, "deletionState": row[12], "evictedAt": row[13]}
     if meta and row[11]:
         out["meta"] = loads_stored(row[11], f"attachment {row[0]}'s meta_json", dict)
+    return out
+
+
+def row_meta(conn: sqlite3.Connection, sha: str) -> dict[str, Any]:
+    """The metadata fields the blob's row holds (any deletion state), keyed as in its metadata file; a damaged
+    ``meta_json`` is left out (the put's own value, if any, then goes to the file)."""
+    row = conn.execute("SELECT mime_type, kind, trust, provenance, source, run_id, meta_json, created_at "
+                       "FROM attachment_blobs WHERE sha256 = ?", (sha,)).fetchone()
+    if row is None:
+        return {}
+    out: dict[str, Any] = {key: value for key, value in zip(_META_KEYS, row[:6], strict=True) if value is not None}
+    if row[6]:
+        try:
+            meta = orjson.loads(row[6])
+        except orjson.JSONDecodeError:
+            meta = None
+        if isinstance(meta, dict):
+            out["meta"] = meta
+    out["createdAt"] = int(row[7])
     return out
 
 
@@ -994,6 +1116,9 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
     for sha in [*step.marked, *step.orphans]:
         files.delete(sha)
         faults.point("attachments.gc.after_unlink")
+    for sha in files.meta_names():  # a metadata file whose blob is gone (a delete cut short between the two)
+        if not files.exists(sha):
+            remove_file_durable(files.meta_path(sha))
     result: dict[str, object] = dict(step.answer)
 
     def step3(conn: sqlite3.Connection) -> object:

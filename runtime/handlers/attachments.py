@@ -68,6 +68,9 @@ async def _store(ctx: HostContext, write: Callable[[], tuple[str, int]], name: s
     async with blobs.lock:
         sha, size = await blobs.run(write)
         now = ctx.now()
+        # the metadata beside the bytes too, before the answer: a database rebuilt from the files reads it back
+        prior = await ctx.read(attachments.row_meta, sha)
+        await blobs.run(blobs.files.write_meta, sha, mime, meta, now, prior)
 
         def effect(conn: Any) -> Any:
             attachments.record_blob(conn, sha, size, mime, now, meta)

@@ -39,10 +39,12 @@ from pathlib import Path
 
 import orjson
 
+from store.attachments import META_SUFFIX, AttachmentFiles
 from store.config.secrets import KEY_FILE
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.doctor.doctor_sessions import DataDirPaths, SessionFacts
+from store.fsutil import remove_file_durable
 from store.indexing.corruption import is_corruption
 from store.revisions import read_revisions
 from store.upgrade.attachment_adopt import adopt_blob, blob_files, file_sha256
@@ -284,6 +286,15 @@ def attachments(conn: sqlite3.Connection, paths: DataDirPaths, facts: SessionFac
                     conn.execute("ROLLBACK")
                     raise
                 finding.repaired = True
+    for sha in AttachmentFiles(directory).meta_names():
+        if (directory / sha).exists():
+            continue
+        finding = report.add("attachments.orphan_meta", f"attachments/{sha}{META_SUFFIX}", "a blob's metadata "
+                             "file without its blob (a delete cut short); the next attachment GC removes it, "
+                             "so does repair", Severity.REPAIRABLE)
+        if repair:
+            remove_file_durable(directory / f"{sha}{META_SUFFIX}")
+            finding.repaired = True
     for sha, (_size, marked) in sorted(rows.items()):
         if sha not in present and not marked and not (directory / sha).exists():
             report.add("attachments.missing_bytes", f"attachments/{sha}", "an attachment_blobs row whose bytes "

@@ -77,9 +77,9 @@ SALVAGED: Final[tuple[tuple[str, str], ...]] = (
     ("turn_queue", "the durable turn queue: a user's queued prompts"),
     ("session_collaboration_messages", "the collaboration ledger between sessions"),
     ("notifications", "task notifications and their read state"),
-    ("attachment_blobs", "a blob's row comes back from its file (adopted at boot); what the file does not hold, "
-                         "its seed 000 §2.3 metadata (MIME type, kind, trust, provenance, source, run, page or "
-                         "image metadata) and when it was first stored, is taken from here"),
+    ("attachment_blobs", "a blob's row comes back from its file and its metadata file (adopted at boot); what "
+                         "those do not hold (a blob stored before metadata files were written: its seed 000 §2.3 "
+                         "metadata and when it was first stored) is taken from here"),
     ("command_receipts", "receipts of DB-only methods; a receipt a file carries is restored by the rebuild "
                          "and wins, an append's is never copied (its line is the receipt)"),
     ("audit_log", "the audit log, but for tool_execute rows, which the rebuild derives from tool results"),

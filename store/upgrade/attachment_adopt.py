@@ -24,7 +24,9 @@ import re
 import sqlite3
 from pathlib import Path
 
-from store.attachments import scan_references, sync_derived_refs
+import orjson
+
+from store.attachments import META_SUFFIX, read_meta_file, scan_references, sync_derived_refs
 
 _SHA_NAME = re.compile(r"^[0-9a-f]{64}$")
 _CHUNK = 1 << 20
@@ -46,12 +48,22 @@ def blob_files(directory: Path) -> list[str]:
 
 
 def adopt_blob(conn: sqlite3.Connection, directory: Path, sha: str, now_ms: int) -> bool:
-    """Insert the row of one verified file (``last_used_at`` = its mtime); True if a row was added."""
+    """Insert the row of one verified file (``last_used_at`` = its mtime), with the metadata its put
+    acknowledged from the file beside it (``<sha256>.meta``: MIME type, kind, trust, provenance, source, run,
+    page/image metadata, first stored; none for a seed-era blob); True if a row was added."""
     st = os.stat(directory / sha, follow_symlinks=False)
     used = min(now_ms, st.st_mtime_ns // 1_000_000)
+    kept = read_meta_file(directory / f"{sha}{META_SUFFIX}") or {}
+    created = kept.get("createdAt")
+    created = min(created, now_ms) if isinstance(created, int) else used
+    used = max(used, created)
+    meta = kept.get("meta")
     return conn.execute(
-        "INSERT OR IGNORE INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, last_used_at) "
-        "VALUES (?, ?, NULL, ?, ?)", (sha, st.st_size, used, used)).rowcount == 1
+        "INSERT OR IGNORE INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, last_used_at, kind, "
+        "trust, provenance, source, run_id, meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (sha, st.st_size, kept.get("mimeType"), created, used, kept.get("kind"), kept.get("trust"),
+         kept.get("provenance"), kept.get("source"), kept.get("runId"),
+         orjson.dumps(meta).decode() if meta is not None else None)).rowcount == 1
 
 
 def adopt_unindexed_blobs(conn: sqlite3.Connection, directory: Path, *, now_ms: int) -> dict[str, int]:

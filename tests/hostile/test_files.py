@@ -25,7 +25,8 @@ async def _code(c: HostClient, method: str, params: dict[str, Any]) -> str:
 
 
 def _blobs(root: Path) -> list[str]:
-    return sorted(n for n in os.listdir(root / "attachments") if ".tmp." not in n)
+    """The blob files (not temp files, nor the metadata file beside each blob)."""
+    return sorted(n for n in os.listdir(root / "attachments") if ".tmp." not in n and not n.endswith(".meta"))
 
 
 async def test_import_file_reads_only_under_allowed_roots(tmp_path: Path) -> None:

@@ -358,7 +358,7 @@ async def test_an_attachment_of_4_mib_is_stored_one_byte_more_is_refused(tmp_pat
                                                         "dataBase64": "eA==", "meta": {"t": EMOJI * 1022 + "x"}})
             assert code == "INVALID_PARAMS", code
             blobs = sorted(p.name for p in (proc.data_dir / "attachments").iterdir() if not p.name.startswith("."))
-            assert blobs == [put["sha256"]], blobs
+            assert blobs == [put["sha256"], f"{put['sha256']}.meta"], blobs  # the bytes and their metadata
 
 
 async def test_plan_markdown_is_bounded_in_utf8_bytes(tmp_path: Path) -> None:

@@ -1,0 +1,148 @@
+"""A blob's metadata after a lost ``pi.sqlite`` (seed 000 §2.3): what ``attachments.put`` acknowledged (MIME
+type, kind, trust, provenance, source, run, page/image metadata, when it was first stored) comes back from the
+metadata file written beside the blob before the answer (``attachments/<sha256>.meta``), not only its bytes,
+size and times; the file goes with its blob, and doctor names one left without it.
+
+Black-box on real host processes, as tests/integrity/test_db_loss_turns.py: built through the wire, the host
+SIGKILLed, the database removed with its ``-wal``/``-shm``, the host started again.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from runtime.client import HostClient, open_client
+from runtime.datadir import DataDir
+from store.doctor.doctor import run_doctor
+from tests.hostkit import call_killed_at, msg, start_host_process
+
+SID = "s1"
+DATA = b"a screenshot's bytes, kept as a blob\n" * 4
+SHA = hashlib.sha256(DATA).hexdigest()
+PUT = {"name": "shot.png", "mimeType": "image/png", "dataBase64": base64.b64encode(DATA).decode(),
+       "kind": "screenshot", "trust": "untrusted", "provenance": "capture", "source": "https://example.test/page",
+       "runId": "t1", "meta": {"url": "https://example.test/page", "width": 640, "height": 480}}
+FIELDS = ("sha256", "size", "mimeType", "kind", "trust", "provenance", "source", "runId", "meta", "createdAt")
+
+
+def _lose_db(root: Path) -> None:
+    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+        (root / name).unlink(missing_ok=True)
+
+
+async def _on_host(root: Path, work: Any, *, kill: bool = False) -> Any:
+    proc = await trio.to_thread.run_sync(start_host_process, root)
+    try:
+        async with open_client(proc.url, proc.token, client_id="sidecar", client_kind="agent") as c:
+            return await work(c)
+    finally:
+        if kill:
+            await trio.to_thread.run_sync(proc.kill9)
+        else:
+            assert await trio.to_thread.run_sync(proc.terminate) == 0
+
+
+def _fields(info: dict[str, Any]) -> dict[str, Any]:
+    return {k: info.get(k) for k in FIELDS}
+
+
+async def test_a_put_s_metadata_survives_the_loss_of_the_database(tmp_path: Path) -> None:
+    """Only bytes, size and times came back: the rest lived in the lost row alone, and the message blocks that
+    refer to the blob hold none of trust, provenance, source, run or page metadata."""
+
+    async def build(c: HostClient) -> Any:
+        await c.call("session.create", {"sessionId": SID, "title": "t"})
+        put = await c.call("attachments.put", PUT)
+        assert put["sha256"] == SHA
+        await c.call("session.appendMessage", {"sessionId": SID, "message": msg("m1", "see", blocks=[
+            {"type": "text", "text": "see"},
+            {"type": "attachment", "kind": "image", "name": "shot.png", "ref": f"attachments/{SHA}"}])})
+        return await c.call("attachments.get", {"sha256": SHA})
+
+    async def read(c: HostClient) -> Any:
+        return await c.call("attachments.get", {"sha256": SHA})
+
+    with trio.fail_after(90):
+        before = await _on_host(tmp_path, build, kill=True)
+        _lose_db(tmp_path)
+        after = await _on_host(tmp_path, read)
+    assert _fields(before) == {**{k: PUT.get(k) for k in FIELDS[2:9]}, "sha256": SHA, "size": len(DATA),
+                               "createdAt": before["createdAt"]}
+    assert _fields(after) == _fields(before)
+    assert after["deletionState"] == "live"
+
+
+async def test_a_re_put_writes_no_metadata_unless_it_brings_some_and_gc_takes_the_file_with_the_blob(
+        tmp_path: Path) -> None:
+    """A re-put of the same bytes with nothing new leaves the file as it was (no write); one that fills a field
+    the first put left out adds it (the first put's values stay); the sweep of an unreferenced blob removes the
+    metadata file with the bytes."""
+    meta_file = tmp_path / "attachments" / f"{SHA}.meta"
+    first = {k: v for k, v in PUT.items() if k != "runId"}
+
+    async def work(c: HostClient) -> Any:
+        await c.call("attachments.put", first)
+        ino = os.stat(meta_file).st_ino
+        await c.call("attachments.put", first)
+        same = os.stat(meta_file).st_ino == ino
+        await c.call("attachments.put", {**PUT, "trust": "user"})
+        filled = os.stat(meta_file).st_ino != ino
+        return same, filled, await c.call("attachments.get", {"sha256": SHA})
+
+    async def read_and_sweep(c: HostClient) -> Any:
+        got = await c.call("attachments.get", {"sha256": SHA})
+        await c.call("settings.set", {"ns": "app", "key": "attachmentUnreferencedGraceMs", "value": 0})
+        await trio.sleep(0.01)  # the blob's last use strictly before the sweep's now
+        return got, await c.call("attachments.gc", {})
+
+    with trio.fail_after(90):
+        same, filled, got = await _on_host(tmp_path, work, kill=True)
+        _lose_db(tmp_path)
+        after, gc = await _on_host(tmp_path, read_and_sweep)
+    assert same and filled
+    assert got["trust"] == "untrusted" and got["runId"] == "t1"
+    assert _fields(after) == _fields(got)
+    assert gc["unreferencedEvicted"] == [SHA]
+    assert sorted(os.listdir(tmp_path / "attachments")) == []
+
+
+def test_doctor_names_a_metadata_file_whose_blob_is_gone(tmp_path: Path) -> None:
+    async def work(c: HostClient) -> Any:
+        return await c.call("attachments.put", PUT)
+
+    trio.run(_on_host, tmp_path, work)
+    (tmp_path / "attachments" / SHA).unlink()
+    data = DataDir(tmp_path)
+    report = run_doctor(data, repair=False, now_ms=int(time.time() * 1000))
+    found = [(f.check, f.subject) for f in report.findings if f.check == "attachments.orphan_meta"]
+    assert found == [("attachments.orphan_meta", f"attachments/{SHA}.meta")]
+    run_doctor(data, repair=True, now_ms=int(time.time() * 1000))
+    assert not (tmp_path / "attachments" / f"{SHA}.meta").exists()
+
+
+async def test_a_put_killed_before_its_metadata_file_was_published_writes_it_on_the_retry(tmp_path: Path) -> None:
+    """The bytes were in place, the metadata file not yet (never answered): the retry finds the blob present
+    and writes no bytes, but the metadata file still, before it answers; a later loss keeps the fields."""
+
+    async def retry(c: HostClient) -> Any:
+        return await c.call("attachments.put", PUT), await c.call("attachments.get", {"sha256": SHA})
+
+    async def read(c: HostClient) -> Any:
+        return await c.call("attachments.get", {"sha256": SHA})
+
+    with trio.fail_after(120):
+        await call_killed_at(tmp_path, "attachments.meta.after_tmp_fsync", "attachments.put", PUT)
+        assert not (tmp_path / "attachments" / f"{SHA}.meta").exists()
+        assert (tmp_path / "attachments" / SHA).exists()
+        put, got = await _on_host(tmp_path, retry, kill=True)
+        _lose_db(tmp_path)
+        after = await _on_host(tmp_path, read)
+    assert put["sha256"] == SHA and got["kind"] == "screenshot"
+    assert _fields(after) == _fields(got)
