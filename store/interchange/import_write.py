@@ -459,7 +459,7 @@ def stage(
     :class:`StoreError` for I/O. ``import_receipt``: a keyed request's receipt record, ``prior``: the answer
     it recorded for this session before (see :func:`answer_of`).
     """
-    sink = BlobSink(target.attachments.put_bytes if target.attachments is not None and not dry_run else None)
+    sink = BlobSink(target.attachments.put_bytes_kept if target.attachments is not None and not dry_run else None)
     parsed = parse(unit, ParseContext(target.limits, sink))
     return stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
                         created_ms=created_ms, known_ids=known_ids, known_compactions=known_compactions,

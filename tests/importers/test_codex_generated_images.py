@@ -15,10 +15,12 @@ from typing import Any
 
 import orjson
 
+from store.attachments import read_meta_file
 from store.interchange.import_write import ImportTarget
 from store.interchange.importers import IMPORTERS
 from store.interchange.imports import import_unit
 from store.transcripts.transcript import read_transcript
+from store.upgrade.attachment_adopt import adopt_blob
 from tests.samplekit import NOW, rows
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"generated pixels of a pelican"
@@ -69,3 +71,19 @@ def test_an_image_generation_call_without_an_image_is_counted(tmp_path: Path, db
     assert rep.files[0].skipped["response_item/image_generation_call(no image)"] == 1 and rep.attachments == 0
     messages = [m.record for m in read_transcript(target.transcript(rep.session_id)).messages]
     assert [[b["type"] for b in m["blocks"]] for m in messages] == [["text"], ["text"]]
+
+
+def test_an_imported_image_keeps_its_mime_type_beside_its_bytes(tmp_path: Path, db: sqlite3.Connection,
+                                                                target: ImportTarget) -> None:
+    """The blob's row was the only place its MIME type was stored: a database lost and rebuilt from the files
+    adopted the blob without it. It is in the metadata file beside the bytes, and adoption reads it."""
+    (unit,) = IMPORTERS["codex"].discover(rollout(tmp_path, base64.b64encode(PNG).decode()))
+    rep = import_unit(db, unit, target, now_ms=NOW)
+    assert target.attachments is not None
+    (sha,) = [r[0] for r in db.execute("SELECT sha256 FROM attachment_blobs")]
+    assert read_meta_file(target.attachments.meta_path(sha)) == {"mimeType": "image/png"}
+    db.execute("DELETE FROM attachment_refs")
+    db.execute("DELETE FROM attachment_blobs")  # as a rebuilt index has it before the adoption
+    assert adopt_blob(db, target.attachments.directory, sha, NOW)
+    assert rows(db, "SELECT mime_type, size_bytes FROM attachment_blobs") == [("image/png", len(PNG))]
+    assert rep.attachments == 1

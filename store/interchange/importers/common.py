@@ -277,14 +277,14 @@ class BlobRef:
 class BlobSink:
     """Where images found in a source go. The default only hashes (pure parse, dry run)."""
 
-    def __init__(self, put: Callable[[bytes], tuple[str, int]] | None = None) -> None:
+    def __init__(self, put: Callable[[bytes, str], tuple[str, int]] | None = None) -> None:
         self._put = put
         self.stored: list[tuple[BlobRef, str]] = []
         """(blob, message id) for every image written, for the attachment_refs rows."""
 
     def add(self, data: bytes, mime_type: str, message_id: str) -> BlobRef:
         if self._put is not None:
-            sha, size = self._put(data)
+            sha, size = self._put(data, mime_type)
         else:
             sha, size = hashlib.sha256(data).hexdigest(), len(data)
         blob = BlobRef(f"attachments/{sha}", sha, size, mime_type)
