@@ -286,12 +286,16 @@ class AttachmentFiles:
         this file, :func:`read_meta_file`). Merged as the row is (the first writer's values stay, a re-put fills
         what is missing); nothing is written when the file already holds all of it (a re-put of the same bytes
         costs one small read). ``prior``: what the blob's row already holds (:func:`row_meta`), which stays over
-        the put's values as in the row. Atomic replace, fsynced with its directory; True if written."""
+        the put's values as in the row; ``{}`` (no row): a file already there is an unanswered attempt's (its
+        row never committed), so this put's values go first, as they do in the row; None: not known (the file's
+        values stay). Atomic replace, fsynced with its directory; True if written."""
         self.owed.pay()
         path = self.meta_path(sha)
         old = read_meta_file(path)
-        new = dict(old) if old is not None else {}
-        for source in (prior or {}, _meta_fields(mime_type, meta), {"createdAt": now_ms}):  # None: the mtime
+        put = (_meta_fields(mime_type, meta), {"createdAt": now_ms})  # no createdAt: adoption takes the mtime
+        order = (*put, old or {}) if prior is not None and not prior else (old or {}, prior or {}, *put)
+        new: dict[str, Any] = {}
+        for source in order:
             for key, value in source.items():
                 if new.get(key) is None and value is not None:
                     new[key] = value

@@ -146,3 +146,26 @@ async def test_a_put_killed_before_its_metadata_file_was_published_writes_it_on_
         after = await _on_host(tmp_path, read)
     assert put["sha256"] == SHA and got["kind"] == "screenshot"
     assert _fields(after) == _fields(got)
+
+
+async def test_a_retry_after_an_unanswered_put_keeps_the_retry_s_metadata_through_a_loss(tmp_path: Path) -> None:
+    """The first put died after its metadata file was in place, before its row (never answered); the retry,
+    with other values, is what was acknowledged and what the row holds: the file takes its values too, so a
+    later loss answers them, not the unanswered attempt's."""
+    retried = {**PUT, "trust": "user", "provenance": "upload", "meta": {"width": 1}}
+
+    async def retry(c: HostClient) -> Any:
+        await c.call("attachments.put", retried)
+        return await c.call("attachments.get", {"sha256": SHA})
+
+    async def read(c: HostClient) -> Any:
+        return await c.call("attachments.get", {"sha256": SHA})
+
+    with trio.fail_after(120):
+        await call_killed_at(tmp_path, "attachments.meta.after_rename", "attachments.put", PUT)
+        assert (tmp_path / "attachments" / f"{SHA}.meta").exists()
+        got = await _on_host(tmp_path, retry, kill=True)
+        _lose_db(tmp_path)
+        after = await _on_host(tmp_path, read)
+    assert (got["trust"], got["provenance"], got["meta"]) == ("user", "upload", {"width": 1})
+    assert _fields(after) == _fields(got)
