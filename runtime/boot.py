@@ -32,6 +32,7 @@ import orjson
 from runtime.datadir import DataDir
 from store import collab, plugins, projects, review, schedule
 from store.approvals import apply_recorded_decisions
+from store.attachments import AttachmentFiles
 from store.config.providers import follow_stored_keys
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta
 from store.errors import StorageFull, StoreError, classify_os_error
@@ -73,7 +74,7 @@ from store.queue import settle_after_restart
 from store.rules import MAX_TOKEN_CHARS, SESSION_ID_RE
 from store.transcripts import deleted_log
 from store.transcripts.session_files import finish_delete, pending_deletes
-from store.upgrade.attachment_adopt import adopt_pending, mark_pending
+from store.upgrade.attachment_adopt import adopt_pending, backfill_meta_files, mark_pending
 from store.upgrade.migrations import clear_made_anew, made_anew
 
 log = logging.getLogger("pi_host")
@@ -379,6 +380,9 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
             renew_index_identity(conn, now)
     report["attachmentsAdopted"] = adopt_pending(conn, data_dir.attachments_dir, now_ms=now,
                                                  sessions_dir=data_dir.sessions_dir)
+    # a blob stored before its metadata file existed gets it from its row (a bounded batch per boot, once)
+    report["attachmentMetaWritten"] = backfill_meta_files(conn, AttachmentFiles(data_dir.attachments_dir,
+                                                                                faults=faults))
     # 1. maintenance transaction: the fence, retention, notification cap, unslotted scheduled tasks
     with transaction(conn):
         # an answer whose decision line was fsynced before the host died takes effect, not the fence

@@ -18,7 +18,9 @@
 * attachments: every ``attachment_blobs`` row has its bytes, every file's bytes
   hash to its name, every file has a row (else the attachment GC would delete
   it as an orphan), every reference — an ``attachment_refs`` row or an
-  attachment block in a transcript — has its bytes.
+  attachment block in a transcript — has its bytes; a blob whose row holds
+  metadata its ``<sha256>.meta`` file lacks (stored before that file existed)
+  gets the file written from the row by repair, so a lost database keeps it.
 * ``secrets_meta`` against the ``secrets/`` files (the rule boot applies), a
   file whose header does not match its name, the key file.
 * command receipts whose effect is gone: a ``session.appendMessage`` receipt
@@ -39,7 +41,7 @@ from pathlib import Path
 
 import orjson
 
-from store.attachments import META_SUFFIX, AttachmentFiles
+from store.attachments import META_SUFFIX, NO_META, AttachmentFiles, read_meta_file, row_meta
 from store.config.secrets import KEY_FILE
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
@@ -286,7 +288,23 @@ def attachments(conn: sqlite3.Connection, paths: DataDirPaths, facts: SessionFac
                     conn.execute("ROLLBACK")
                     raise
                 finding.repaired = True
-    for sha in AttachmentFiles(directory).meta_names():
+    files = AttachmentFiles(directory)
+    for sha in sorted(present & rows.keys()):
+        if rows[sha][1]:
+            continue  # being evicted: its file goes with its bytes
+        held = row_meta(conn, sha)
+        kept = read_meta_file(files.meta_path(sha)) or {}
+        lacking = sorted(k for k in held if k != "createdAt" and kept.get(k) is None)
+        if not lacking:
+            continue  # nothing but times in the row (adoption takes the mtime), or the file holds it all
+        finding = report.add("attachments.meta_missing", f"attachments/{sha}{META_SUFFIX}", "the blob's row "
+                             f"holds {', '.join(lacking)} but its metadata file does not (stored before the file "
+                             "existed): a lost pi.sqlite would lose them; repair writes the file from the row",
+                             Severity.REPAIRABLE)
+        if repair:
+            files.write_meta(sha, None, NO_META, None, prior=held)  # the row's values, merged as a re-put's
+            finding.repaired = True
+    for sha in files.meta_names():
         if (directory / sha).exists():
             continue
         finding = report.add("attachments.orphan_meta", f"attachments/{sha}{META_SUFFIX}", "a blob's metadata "

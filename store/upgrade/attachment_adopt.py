@@ -26,7 +26,15 @@ from pathlib import Path
 
 import orjson
 
-from store.attachments import META_SUFFIX, read_meta_file, scan_references, sync_derived_refs
+from store.attachments import (
+    META_SUFFIX,
+    NO_META,
+    AttachmentFiles,
+    read_meta_file,
+    row_meta,
+    scan_references,
+    sync_derived_refs,
+)
 
 _SHA_NAME = re.compile(r"^[0-9a-f]{64}$")
 _CHUNK = 1 << 20
@@ -121,3 +129,31 @@ def adopt_pending(conn: sqlite3.Connection, directory: Path, *, now_ms: int,
         conn.execute("ROLLBACK")
         raise
     return out
+
+
+
+META_BACKFILL_BATCH = 128
+"""Metadata files boot writes at most per start: each one small fsynced write, once per blob stored before the
+file existed; a large data directory's first start is not held up by all of them (the next boot goes on)."""
+
+
+def backfill_meta_files(conn: sqlite3.Connection, files: AttachmentFiles, *, limit: int = META_BACKFILL_BATCH) -> int:
+    """At boot: write the metadata file of up to ``limit`` live blobs whose row holds metadata, whose bytes are
+    present and that have no metadata file (stored before the file existed: only a re-put wrote it), from the
+    row (merged as a re-put's), so a later loss of the database keeps what the put acknowledged. Finding them
+    costs one query and one directory listing (no marker: nothing to keep in step with the rows). The number
+    of files written."""
+    try:
+        names = set(os.listdir(files.directory))
+    except FileNotFoundError:
+        return 0
+    written = 0
+    for (sha,) in conn.execute(
+            "SELECT sha256 FROM attachment_blobs WHERE deletion_state = 'live' AND marked_for_eviction = 0 "
+            "AND COALESCE(mime_type, kind, trust, provenance, source, run_id, meta_json) IS NOT NULL "
+            "ORDER BY sha256").fetchall():
+        if written >= limit:
+            break
+        if sha in names and f"{sha}{META_SUFFIX}" not in names:
+            written += files.write_meta(sha, None, NO_META, None, prior=row_meta(conn, sha))
+    return written

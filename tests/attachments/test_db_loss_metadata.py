@@ -20,7 +20,10 @@ import trio
 
 from runtime.client import HostClient, open_client
 from runtime.datadir import DataDir
+from store.attachments import AttachmentFiles, BlobMeta, read_meta_file, record_blob
 from store.doctor.doctor import run_doctor
+from store.upgrade.attachment_adopt import backfill_meta_files
+from tests.dbkit import fresh_db
 from tests.hostkit import call_killed_at, msg, start_host_process
 
 SID = "s1"
@@ -169,3 +172,76 @@ async def test_a_retry_after_an_unanswered_put_keeps_the_retry_s_metadata_throug
         after = await _on_host(tmp_path, read)
     assert (got["trust"], got["provenance"], got["meta"]) == ("user", "upload", {"width": 1})
     assert _fields(after) == _fields(got)
+
+
+async def test_doctor_writes_the_metadata_file_of_a_blob_stored_before_it_existed(tmp_path: Path) -> None:
+    """A blob with a row but no metadata file (stored before the file was kept; its next re-put only would
+    write it): doctor names it, repair writes the file from the row, and a later loss of the database keeps
+    the fields the put acknowledged."""
+    meta_file = tmp_path / "attachments" / f"{SHA}.meta"
+
+    async def build(c: HostClient) -> Any:
+        await c.call("attachments.put", PUT)
+        return await c.call("attachments.get", {"sha256": SHA})
+
+    async def read(c: HostClient) -> Any:
+        return await c.call("attachments.get", {"sha256": SHA})
+
+    with trio.fail_after(120):
+        before = await _on_host(tmp_path, build)
+        meta_file.unlink()
+        data = DataDir(tmp_path)
+        now = int(time.time() * 1000)
+        report = await trio.to_thread.run_sync(lambda: run_doctor(data, repair=False, now_ms=now))
+        found = [(f.check, f.subject) for f in report.findings if f.check == "attachments.meta_missing"]
+        assert not meta_file.exists()
+        repaired = await trio.to_thread.run_sync(lambda: run_doctor(data, repair=True, now_ms=now))
+        again = await trio.to_thread.run_sync(lambda: run_doctor(data, repair=False, now_ms=now))
+        _lose_db(tmp_path)
+        after = await _on_host(tmp_path, read)
+    assert found == [("attachments.meta_missing", f"attachments/{SHA}.meta")]
+    assert [f.repaired for f in repaired.findings if f.check == "attachments.meta_missing"] == [True]
+    assert [f for f in again.findings if f.check == "attachments.meta_missing"] == []
+    assert _fields(after) == _fields(before)
+
+
+async def test_boot_writes_the_metadata_file_of_a_blob_stored_before_it_existed(tmp_path: Path) -> None:
+    """As an earlier build's data directory: a blob row with metadata and no metadata file. The next boot writes
+    the file from the row (a bounded batch per boot), so a later loss of the database keeps the fields."""
+    meta_file = tmp_path / "attachments" / f"{SHA}.meta"
+
+    async def build(c: HostClient) -> Any:
+        await c.call("attachments.put", PUT)
+        return await c.call("attachments.get", {"sha256": SHA})
+
+    async def read(c: HostClient) -> Any:
+        return await c.call("attachments.get", {"sha256": SHA})
+
+    with trio.fail_after(120):
+        before = await _on_host(tmp_path, build)
+        meta_file.unlink()
+        await _on_host(tmp_path, read, kill=True)
+        written = meta_file.exists()
+        _lose_db(tmp_path)
+        after = await _on_host(tmp_path, read)
+    assert written
+    assert _fields(after) == _fields(before)
+
+
+def test_the_boot_backfill_goes_on_from_where_the_last_batch_stopped(tmp_path: Path) -> None:
+    files = AttachmentFiles(tmp_path / "attachments")
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    shas = []
+    for i in range(3):  # (a row without metadata, or without its bytes, is not counted)
+        sha, size = files.put_bytes(b"blob %d" % i)
+        record_blob(conn, sha, size, "text/plain", 1000 + i, BlobMeta(kind="file", trust="user"))
+        shas.append(sha)
+    assert files.meta_names() == []
+    record_blob(conn, "0" * 64, 1, "text/plain", 1000)
+    plain, _ = files.put_bytes(b"no metadata")
+    record_blob(conn, plain, 11, None, 1000)
+    assert [backfill_meta_files(conn, files, limit=2) for _ in range(3)] == [2, 1, 0]
+    assert files.meta_names() == sorted(shas)
+    assert read_meta_file(files.meta_path(shas[0])) == {"mimeType": "text/plain", "kind": "file", "trust": "user",
+                                                        "createdAt": 1000}
+    conn.close()
