@@ -857,10 +857,14 @@ def sync_derived_refs(conn: sqlite3.Connection, found: set[Ref], now_ms: int, *,
 
 def record_evicted_refs(conn: sqlite3.Connection, session_id: str, message_id: str, record: Mapping[str, Any],
                         now_ms: int) -> int:
-    """A message indexed with attachment blocks whose blob is already evicted: their references are recorded
-    marked at once, so a window read (:func:`evicted_marks`, recorded references only) marks those blocks
-    as every other read does, not only after the next GC scan. Live blobs' references are left to the scan.
-    Cheap when the message holds no attachment block (the append path calls it for every message)."""
+    """A message indexed with attachment blocks: each block's 'transcript' reference is recorded at once (seed
+    000 §2.3), so ``attachments.get`` lists it and the active-thread protection and the sweep see it before
+    the next GC scan; one to an already evicted blob is recorded marked, so a window read
+    (:func:`evicted_marks`, recorded references only) marks those blocks as every other read does. The row
+    is the one the scan derives (:func:`sync_derived_refs`): a full scan that no longer finds it (the message
+    rewritten or truncated away) drops it like its own. A blob this host does not know gets none; a message
+    already referencing the blob (any origin) gets no second row. Cheap when the message holds no attachment
+    block (the append path calls it for every message)."""
     blocks = record.get("blocks")
     if not isinstance(blocks, list):
         return 0
@@ -870,9 +874,9 @@ def record_evicted_refs(conn: sqlite3.Connection, session_id: str, message_id: s
     for sha in sorted(shas):
         added += conn.execute(
             "INSERT INTO attachment_refs(sha256, session_id, message_id, origin, evicted_at) "
-            "SELECT ?, ?, ?, 'transcript', ? WHERE EXISTS (SELECT 1 FROM attachment_blobs WHERE sha256 = ? "
-            "AND deletion_state != 'live') AND NOT EXISTS (SELECT 1 FROM attachment_refs WHERE sha256 = ? "
-            "AND session_id = ? AND message_id IS ?)",
+            "SELECT ?, ?, ?, 'transcript', CASE WHEN b.deletion_state = 'live' THEN NULL ELSE ? END "
+            "FROM attachment_blobs b WHERE b.sha256 = ? AND NOT EXISTS (SELECT 1 FROM attachment_refs "
+            "WHERE sha256 = ? AND session_id = ? AND message_id IS ?)",
             (sha, session_id, message_id, now_ms, sha, sha, session_id, message_id)).rowcount
     return added
 

@@ -663,7 +663,8 @@ def index_messages(
             # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
             artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
                                      audit=audit_effects)
-        attachments.record_evicted_refs(conn, session_id, mid, rec, now_ms)  # seed 000 §2.3: reads mark them
+        # seed 000 §2.3, under the id the line carries (what the GC's scan derives, even when D444-remapped)
+        attachments.record_evicted_refs(conn, session_id, item.record["id"], rec, now_ms)
         store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
     if counted is not None:
@@ -816,6 +817,7 @@ def reindex_session(
     # copied by hand) are indexed under the D444 spelling instead of failing the rebuild.
     taken = {mid for mid, (owner, *_rest) in lookup_ids(conn, (it.record["id"] for it in messages)).items()
              if owner != session_id}
+    line_ids = [it.record["id"] for it in messages]  # as the lines carry them (the GC's scan derives these)
     if taken:
         messages = [replace(it, record={**it.record, "id": remapped_message_id(session_id, it.record["id"])})
                     if it.record["id"] in taken else it for it in messages]
@@ -838,8 +840,8 @@ def reindex_session(
             # A rebuild restores missing artifact rows only (no audit rows, nothing overwritten).
             artifacts.record_effects(conn, session_id, item.record, row[3] or _str_or_none(item.record.get("turnId")),
                                      now_ms, audit=False)
-    for item, row in zip(messages, rows, strict=True):
-        attachments.record_evicted_refs(conn, session_id, row[1], item.record, now_ms)
+    for item, row, line_id in zip(messages, rows, line_ids, strict=True):
+        attachments.record_evicted_refs(conn, session_id, line_id, item.record, now_ms)
         store_append_receipt(conn, session_id, item.record, message_ref(session_id, row[4], item.record, row[3]),
                              now_ms)
     index_compactions(conn, session_id, compactions, now_ms)

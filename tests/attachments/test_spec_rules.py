@@ -22,7 +22,7 @@ from store import attachments as a
 from store.faults import Faults, InjectedFault
 from store.upgrade.schema import message_mid
 from tests.dbkit import NOW, add_session, tx
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 
 
 def _att(sha: str, name: str = "pic.png") -> dict[str, Any]:
@@ -272,3 +272,36 @@ async def test_a_queued_prompt_with_inline_bytes_is_refused_and_queues_nothing(t
             assert (await c.call("session.queueList", {"sessionId": sid}))["entries"] == []
             pushed = await c.call("session.queuePush", {**push, "attachments": [_att("0" * 64)]})
             assert pushed["entry"]["attachments"] == [_att("0" * 64)]
+
+
+async def test_a_block_appended_to_a_live_blob_is_a_reference_at_once_and_goes_when_rewritten_away(
+        tmp_path: Path) -> None:
+    """Seed 000 §2.3: "Attachments record kind, MIME type, Blob bytes, trust, provenance, source, node or Run
+    references, deletion state." A message appended with a block referring to a live blob was listed by
+    ``attachments.get`` only after the next GC's scan; it is recorded when the message is indexed (once, not
+    marked). A blob the host does not know gets no reference. Rewritten away (``replaceMessages``), the row is
+    derived like the scan's: the next GC drops it."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "t"}))["id"]
+            put = await _put(c, b"live bytes for the index")
+            unknown = "e" * 64
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                "m1", "see", blocks=[{"type": "text", "text": "see"}, _att(put["sha256"]), _att(put["sha256"])])})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m2", "plain")})
+            await index_caught_up(host)  # the message is indexed (appends answer before the index follows)
+            info = await c.call("attachments.get", {"sha256": put["sha256"]})
+            assert info["references"] == [{"sessionId": sid, "messageId": "m1", "origin": "transcript",
+                                            "evicted": False}]
+            with pytest.raises(RpcError) as exc:
+                await c.call("attachments.get", {"sha256": unknown})
+            assert exc.value.data_code == "NOT_FOUND"
+            await c.call("attachments.gc", {"activeSessionId": sid})  # the scan finds the same row: no second
+            info = await c.call("attachments.get", {"sha256": put["sha256"]})
+            assert info["references"] == [{"sessionId": sid, "messageId": "m1", "origin": "transcript",
+                                            "evicted": False}]
+            kept = (await c.call("session.get", {"sessionId": sid}))["messages"][1]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": [kept]})
+            await c.call("attachments.gc", {"activeSessionId": sid})
+            assert (await c.call("attachments.get", {"sha256": put["sha256"]}))["references"] == []
+            assert (await c.call("attachments.get", {"sha256": put["sha256"]}))["deletionState"] == "live"
