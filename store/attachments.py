@@ -855,7 +855,7 @@ def sync_derived_refs(conn: sqlite3.Connection, found: set[Ref], now_ms: int, *,
     return added
 
 
-def record_evicted_refs(conn: sqlite3.Connection, session_id: str, message_id: str, record: Mapping[str, Any],
+def record_block_refs(conn: sqlite3.Connection, session_id: str, message_id: str, record: Mapping[str, Any],
                         now_ms: int) -> int:
     """A message indexed with attachment blocks: each block's 'transcript' reference is recorded at once (seed
     000 §2.3), so ``attachments.get`` lists it and the active-thread protection and the sweep see it before

@@ -664,7 +664,7 @@ def index_messages(
             artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
                                      audit=audit_effects)
         # seed 000 §2.3, under the id the line carries (what the GC's scan derives, even when D444-remapped)
-        attachments.record_evicted_refs(conn, session_id, item.record["id"], rec, now_ms)
+        attachments.record_block_refs(conn, session_id, item.record["id"], rec, now_ms)
         store_append_receipt(conn, session_id, rec, ref, now_ms)
         refs.append(ref)
     if counted is not None:
@@ -841,7 +841,7 @@ def reindex_session(
             artifacts.record_effects(conn, session_id, item.record, row[3] or _str_or_none(item.record.get("turnId")),
                                      now_ms, audit=False)
     for item, row, line_id in zip(messages, rows, line_ids, strict=True):
-        attachments.record_evicted_refs(conn, session_id, line_id, item.record, now_ms)
+        attachments.record_block_refs(conn, session_id, line_id, item.record, now_ms)
         store_append_receipt(conn, session_id, item.record, message_ref(session_id, row[4], item.record, row[3]),
                              now_ms)
     index_compactions(conn, session_id, compactions, now_ms)
