@@ -174,21 +174,23 @@ async def test_a_retry_after_an_unanswered_put_keeps_the_retry_s_metadata_throug
     assert _fields(after) == _fields(got)
 
 
+async def _get(c: HostClient) -> Any:
+    return await c.call("attachments.get", {"sha256": SHA})
+
+
+async def _put_then_get(c: HostClient) -> Any:
+    await c.call("attachments.put", PUT)
+    return await _get(c)
+
+
 async def test_doctor_writes_the_metadata_file_of_a_blob_stored_before_it_existed(tmp_path: Path) -> None:
     """A blob with a row but no metadata file (stored before the file was kept; its next re-put only would
     write it): doctor names it, repair writes the file from the row, and a later loss of the database keeps
     the fields the put acknowledged."""
     meta_file = tmp_path / "attachments" / f"{SHA}.meta"
 
-    async def build(c: HostClient) -> Any:
-        await c.call("attachments.put", PUT)
-        return await c.call("attachments.get", {"sha256": SHA})
-
-    async def read(c: HostClient) -> Any:
-        return await c.call("attachments.get", {"sha256": SHA})
-
     with trio.fail_after(120):
-        before = await _on_host(tmp_path, build)
+        before = await _on_host(tmp_path, _put_then_get)
         meta_file.unlink()
         data = DataDir(tmp_path)
         now = int(time.time() * 1000)
@@ -198,7 +200,7 @@ async def test_doctor_writes_the_metadata_file_of_a_blob_stored_before_it_existe
         repaired = await trio.to_thread.run_sync(lambda: run_doctor(data, repair=True, now_ms=now))
         again = await trio.to_thread.run_sync(lambda: run_doctor(data, repair=False, now_ms=now))
         _lose_db(tmp_path)
-        after = await _on_host(tmp_path, read)
+        after = await _on_host(tmp_path, _get)
     assert found == [("attachments.meta_missing", f"attachments/{SHA}.meta")]
     assert [f.repaired for f in repaired.findings if f.check == "attachments.meta_missing"] == [True]
     assert [f for f in again.findings if f.check == "attachments.meta_missing"] == []
@@ -210,20 +212,13 @@ async def test_boot_writes_the_metadata_file_of_a_blob_stored_before_it_existed(
     the file from the row (a bounded batch per boot), so a later loss of the database keeps the fields."""
     meta_file = tmp_path / "attachments" / f"{SHA}.meta"
 
-    async def build(c: HostClient) -> Any:
-        await c.call("attachments.put", PUT)
-        return await c.call("attachments.get", {"sha256": SHA})
-
-    async def read(c: HostClient) -> Any:
-        return await c.call("attachments.get", {"sha256": SHA})
-
     with trio.fail_after(120):
-        before = await _on_host(tmp_path, build)
+        before = await _on_host(tmp_path, _put_then_get)
         meta_file.unlink()
-        await _on_host(tmp_path, read, kill=True)
+        await _on_host(tmp_path, _get, kill=True)
         written = meta_file.exists()
         _lose_db(tmp_path)
-        after = await _on_host(tmp_path, read)
+        after = await _on_host(tmp_path, _get)
     assert written
     assert _fields(after) == _fields(before)
 
