@@ -69,13 +69,10 @@ async def test_a_put_s_metadata_survives_the_loss_of_the_database(tmp_path: Path
             {"type": "attachment", "kind": "image", "name": "shot.png", "ref": f"attachments/{SHA}"}])})
         return await c.call("attachments.get", {"sha256": SHA})
 
-    async def read(c: HostClient) -> Any:
-        return await c.call("attachments.get", {"sha256": SHA})
-
     with trio.fail_after(90):
         before = await _on_host(tmp_path, build, kill=True)
         _lose_db(tmp_path)
-        after = await _on_host(tmp_path, read)
+        after = await _on_host(tmp_path, _get)
     assert _fields(before) == {**{k: PUT.get(k) for k in FIELDS[2:9]}, "sha256": SHA, "size": len(DATA),
                                "createdAt": before["createdAt"]}
     assert _fields(after) == _fields(before)
@@ -137,16 +134,13 @@ async def test_a_put_killed_before_its_metadata_file_was_published_writes_it_on_
     async def retry(c: HostClient) -> Any:
         return await c.call("attachments.put", PUT), await c.call("attachments.get", {"sha256": SHA})
 
-    async def read(c: HostClient) -> Any:
-        return await c.call("attachments.get", {"sha256": SHA})
-
     with trio.fail_after(120):
         await call_killed_at(tmp_path, "attachments.meta.after_tmp_fsync", "attachments.put", PUT)
         assert not (tmp_path / "attachments" / f"{SHA}.meta").exists()
         assert (tmp_path / "attachments" / SHA).exists()
         put, got = await _on_host(tmp_path, retry, kill=True)
         _lose_db(tmp_path)
-        after = await _on_host(tmp_path, read)
+        after = await _on_host(tmp_path, _get)
     assert put["sha256"] == SHA and got["kind"] == "screenshot"
     assert _fields(after) == _fields(got)
 
@@ -161,15 +155,12 @@ async def test_a_retry_after_an_unanswered_put_keeps_the_retry_s_metadata_throug
         await c.call("attachments.put", retried)
         return await c.call("attachments.get", {"sha256": SHA})
 
-    async def read(c: HostClient) -> Any:
-        return await c.call("attachments.get", {"sha256": SHA})
-
     with trio.fail_after(120):
         await call_killed_at(tmp_path, "attachments.meta.after_rename", "attachments.put", PUT)
         assert (tmp_path / "attachments" / f"{SHA}.meta").exists()
         got = await _on_host(tmp_path, retry, kill=True)
         _lose_db(tmp_path)
-        after = await _on_host(tmp_path, read)
+        after = await _on_host(tmp_path, _get)
     assert (got["trust"], got["provenance"], got["meta"]) == ("user", "upload", {"width": 1})
     assert _fields(after) == _fields(got)
 
