@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,3 +51,21 @@ def rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         return conn.execute(sql, args).fetchall()
     finally:
         conn.close()
+
+
+@contextmanager
+def index_leaf(path: Path, index: str) -> Iterator[bytearray]:
+    """The root page of index ``index`` (a leaf, for a small index) of the closed database file at ``path``, as
+    bytes to edit in place: written back as the block leaves it (page damage for the salvage and prune tests)."""
+    conn = sqlite3.connect(path)
+    try:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        leaf = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (index,)).fetchone()[0]
+    finally:
+        conn.close()
+    with open(path, "r+b") as f:
+        f.seek((leaf - 1) * page_size)
+        page = bytearray(f.read(page_size))
+        yield page
+        f.seek((leaf - 1) * page_size)
+        f.write(page)

@@ -11,7 +11,7 @@ from store import collab, tasks
 from store.fence import retention
 from store.newest_kept import delete_past_newest
 from store.upgrade.schema import apply_schema
-from tests.dbkit import NOW, add_session
+from tests.dbkit import NOW, add_session, index_leaf
 
 RUNS = 30
 
@@ -30,13 +30,7 @@ def _hide_a_run(path: Path, newest_rank: int) -> str:
     """Change one byte of ``idx_task_runs``: the entry of the ``newest_rank``-th newest run (0: the newest) gets
     a payload size that ends on a byte of a later cell naming another row, so the index's newest-first scan
     reads that row's rowid twice and never the hidden one, with the page well formed. The hidden run's id."""
-    conn = sqlite3.connect(path)
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    leaf = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'idx_task_runs'").fetchone()[0]
-    conn.close()
-    with open(path, "r+b") as f:
-        f.seek((leaf - 1) * page_size)
-        page = bytearray(f.read(page_size))
+    with index_leaf(path, "idx_task_runs") as page:
         # an index leaf (type 10), one 2-byte cell pointer per entry, newest first (a DESC index); an entry is
         # its payload size (12), the record header (4; 15: a 1-character text, 5: a 6-byte int, 1: a 1-byte
         # rowid), task_id, started_at, then the rowid, read from the payload's last byte
@@ -47,8 +41,6 @@ def _hide_a_run(path: Path, newest_rank: int) -> str:
         assert rowid == RUNS - newest_rank
         size = next(n for n in range(13, 64) if page[cell + n] in range(1, RUNS + 1) and page[cell + n] != rowid)
         page[cell] = size
-        f.seek((leaf - 1) * page_size)
-        f.write(page)
     return f"r{rowid - 1:03d}"
 
 

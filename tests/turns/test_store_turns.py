@@ -17,6 +17,7 @@ from store.indexing import index
 from store.indexing.database import open_writer
 from store.snapshots import prepare_snapshot
 from store.upgrade.schema import apply_schema
+from tests.dbkit import index_leaf
 
 NOW = 1_700_000_000_000
 
@@ -144,12 +145,8 @@ def test_a_damaged_inbox_index_never_prunes_the_notifications_it_hides(tmp_path)
     for i in range(30):  # rowid i + 1
         conn.execute("INSERT INTO notifications(id, kind, session_id, session_title, turn_id, created_at) "
                      "VALUES (?, 'task.completed', 's1', 'Title', ?, ?)", (f"n{i:03d}", f"t{i}", NOW + i))
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    leaf = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'idx_notifications_created'").fetchone()[0]
     conn.close()
-    with open(path, "r+b") as f:
-        f.seek((leaf - 1) * page_size)
-        page = bytearray(f.read(page_size))
+    with index_leaf(path, "idx_notifications_created") as page:
         # an index leaf: an 8-byte header, a 2-byte pointer per cell (newest first); a cell is its payload size,
         # the record header (3, 5: a 6-byte created_at, 1: a 1-byte rowid), created_at, then the rowid
         assert page[0] == 10 and int.from_bytes(page[3:5], "big") == 30
@@ -159,8 +156,6 @@ def test_a_damaged_inbox_index_never_prunes_the_notifications_it_hides(tmp_path)
         # later cell that names another row; a seek still finds the entry by its record (created_at, 24)
         size = next(n for n in range(11, 64) if page[cell + n] in range(1, 31) and page[cell + n] != 24)
         page[cell] = size
-        f.seek((leaf - 1) * page_size)
-        f.write(page)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         listed = [r[0] for r in conn.execute("SELECT turn_id FROM notifications ORDER BY created_at DESC, id DESC")]
