@@ -250,3 +250,19 @@ async def test_the_result_counts_the_lines_that_did_not_come_in_as_written(tmp_p
         assert sum(f["badLines"] for s in result["sessions"] for f in s["files"]) == 2
         again = await c.call("import.sessions", {"source": "pi", "root": str(root)})
         assert (again["unreadLines"], again["repairedLines"]) == (0, 0)  # nothing read: every session unchanged
+
+
+async def test_the_git_state_of_an_imported_session_is_served_by_session_get_and_list(tmp_path: Path) -> None:
+    """``historyGit`` (Codex ``session_meta.git``, Claude Code ``gitBranch``) over the wire: ``session.get`` and
+    ``session.list`` answer it, and the test host validates both results against their protocol models."""
+    root, names = sample_tree(tmp_path, "codex")
+    wanted = next(path for path, name in names.items() if "codemie_exec-0.77.0" in name)
+    expected = {"branch": "codex", "commit": "02942347cadda24d3080fbfbc2d13295bb3a496d",
+                "repositoryUrl": "git@github.com:codemie-ai/codemie-code.git"}
+    async with inprocess_host(tmp_path / "data") as host, client_for(host, "importer", "ui") as c:
+        result = await c.call("import.sessions", {"source": "codex", "root": str(root)})
+        (sid,) = [s["sessionId"] for s in result["sessions"] if any(f["path"] == wanted for f in s["files"])]
+        got = await c.call("session.get", {"sessionId": sid})
+        assert got["session"]["historyGit"] == expected
+        listed = (await c.call("session.list", {"limit": 50}))["sessions"]
+        assert [s["historyGit"] for s in listed if s["id"] == sid] == [expected]
