@@ -124,9 +124,21 @@ def _mode(value: object, where: str, what: str, data: dict[str, Any]) -> str:
     raise LegacyValueInvalid(f"{where}: {what} {value!r} is not one of {allowed}", data=data)
 
 
+LEGACY_JSON_MAX_DEPTH = 254
+"""How deeply nested a seed-era settings blob or task ``config_json`` may be. Seed §7 refuses a *malformed* value
+only: the seed's writer (serde_json) nests up to 128 containers; 254 is what orjson encodes (the strict reader's
+duplicate-key check and the rewrite use it). The wire's limit (64, :func:`store.jsonio.loads_strict`'s default)
+is for what clients send, not for what the seed stored."""
+
+LEGACY_JSON_MAX_INT_DIGITS = 309
+"""The longest integer literal a seed-era value may hold: the longest the host's settings reader (orjson) parses
+at all. Longer ones are refused (a reader could not parse the migrated value)."""
+
+
 def _json_object(text: object, where: str, what: str, data: dict[str, Any]) -> dict[str, Any]:
     try:
-        value = loads_strict(text if isinstance(text, str | bytes) else "")
+        value = loads_strict(text if isinstance(text, str | bytes) else "", max_depth=LEGACY_JSON_MAX_DEPTH,
+                             max_int_digits=LEGACY_JSON_MAX_INT_DIGITS)
     except StoreError as exc:
         raise LegacyValueInvalid(f"{where}: {what} is not valid JSON ({exc})", data=data) from None
     if not isinstance(value, dict):

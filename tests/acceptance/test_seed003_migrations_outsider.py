@@ -512,3 +512,46 @@ def test_migrated_approvals_and_executions_are_interrupted_and_no_old_response_i
     if version >= 11:
         assert states["pa-2"] == ("approved", "interrupted")
     assert running == 0
+
+
+def _deep(depth: int) -> Any:
+    value: Any = {"leaf": "chat"}
+    for i in range(depth - 1):
+        value = [value] if i % 2 else {"mode": "chat", "next": value}
+    return value
+
+
+def _well_formed_but_deep(rows: Rows) -> None:
+    row = _settings_row(rows)
+    value = json.loads(row["value_json"])
+    value["layout"] = _deep(100)  # 100 containers: what serde_json (limit 128) and JSON.parse both accept
+    value["serial"] = int("9" * 120)  # an integer literal of 120 digits: well-formed JSON
+    row["value_json"] = json.dumps(value)
+    rows["scheduled_tasks"][0]["config_json"] = json.dumps({"mode": "chat", "tree": _deep(90)})
+
+
+def test_well_formed_deep_settings_and_task_config_migrate_and_read_back(tmp_path: Path) -> None:
+    """§7 item 2/3: the guarded step "parses the structured app settings value" and "parses each scheduled
+    task's config_json"; only "A malformed app-settings value, malformed scheduled-task config_json ... fails
+    closed". A value nested 100 deep, or holding a 120-digit integer, is well-formed JSON (the host's own
+    settings reader parses it): it must migrate, mapped, the rest of it exactly as it was."""
+    data = tmp_path / "data"
+    seed = build_seed_dir(data, 9, tweak=_well_formed_but_deep)
+    done_first = start_host_process(data)
+    try:
+        seen = trio.run(_read, done_first)
+    finally:
+        _stop(done_first)
+    assert user_version(seed.db) == SCHEMA_VERSION
+    conn = sqlite3.connect(seed.db)
+    try:
+        stored = json.loads(conn.execute("SELECT value_json FROM kv WHERE ns = 'app' AND key = 'settings'")
+                            .fetchone()[0])
+        config = json.loads(conn.execute("SELECT config_json FROM scheduled_tasks WHERE id = 'task-manual'")
+                            .fetchone()[0])
+    finally:
+        conn.close()
+    assert stored["defaultMode"] == "plan" and "planApprovalPermissionMode" not in stored
+    assert stored["layout"] == _deep(100) and stored["serial"] == int("9" * 120)
+    assert config == {"mode": "plan", "tree": _deep(90)}
+    assert seen["settings"]["value"]["defaultMode"] == "plan"
