@@ -31,7 +31,7 @@ import trio
 
 from runtime.client import open_client
 from store.upgrade.schema import SCHEMA_VERSION
-from tests.acceptance.outsiderkit import code_of
+from tests.acceptance.outsiderkit import code_of, say
 from tests.hostkit import HostProcess, run_cli, serve_until_exit, start_host_process
 from tests.migrations.dbcheck import dump, sha256, sqlite3_cli, user_version
 from tests.migrations.seedkit import (
@@ -555,3 +555,93 @@ def test_well_formed_deep_settings_and_task_config_migrate_and_read_back(tmp_pat
     assert stored["layout"] == _deep(100) and stored["serial"] == int("9" * 120)
     assert config == {"mode": "plan", "tree": _deep(90)}
     assert seen["settings"]["value"]["defaultMode"] == "plan"
+
+
+# --- §7 last bullet: the transcript's own format across the migration -----------------------------------
+
+
+async def _read_append_read(host: HostProcess) -> tuple[list[str], list[str], list[str]]:
+    async with open_client(host.url, host.token, client_id="mig-lines", client_kind="ui") as c:
+        before = await c.call("session.get", {"sessionId": "s-alpha", "messageLimit": 50})
+        await say(c, "s-alpha", "m-a6", "after the upgrade")
+        after = await c.call("session.get", {"sessionId": "s-alpha", "messageLimit": 50})
+        found = await c.call("search.sessions", {"query": "数据库迁移"})
+        return ([m["id"] for m in before["messages"]], [m["id"] for m in after["messages"]],
+                [r["sessionId"] for r in found["results"]])
+
+
+def test_unknown_transcript_lines_of_a_seed_file_survive_the_migration_and_an_append(tmp_path: Path) -> None:
+    """§7: "The transcript file format carries its own schema field in the session header line; unknown line
+    types are skipped, so additive file-format growth needs no reset." A seed-era transcript with a line type
+    and header fields this host does not know: the migration re-reads it, every message is there, the
+    unknown lines are kept byte for byte and a new message is appended after them."""
+    data = tmp_path / "data"
+    seed = build_seed_dir(data, 10)
+    rel = "sessions/s-alpha.jsonl"
+    lines = seed.files[rel].splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["origin"] = {"app": "pi-desktop", "build": "2.0.0-beta"}
+    unknown = [
+        json.dumps({"type": "reaction", "id": "r-1", "messageId": "m-a2", "emoji": "👍",
+                    "createdAt": "2026-07-26T09:00:01.000Z"}, ensure_ascii=False).encode() + b"\n",
+        json.dumps({"type": "bookmark", "messageId": "m-a1", "label": {"nested": ["chat"]}}).encode() + b"\n",
+    ]
+    content = b"".join([json.dumps(header, separators=(",", ":")).encode() + b"\n", lines[1], lines[2],
+                        unknown[0], *lines[3:5], unknown[1], *lines[5:]])
+    (data / rel).write_bytes(content)
+    seed.files[rel] = content
+    host = start_host_process(data)
+    try:
+        before, after, found = trio.run(_read_append_read, host)
+    finally:
+        _stop(host)
+    assert before == ["m-a1", "m-a2", "m-a3", "m-a4", "m-a5"]
+    assert after == [*before, "m-a6"]
+    assert found == ["s-alpha"]
+    written = (data / rel).read_bytes()
+    assert written.startswith(content), "the seed's lines were rewritten"
+    assert all(line in written for line in unknown)
+    host = start_host_process(data)
+    try:
+        again = trio.run(_read, host)
+    finally:
+        _stop(host)
+    assert [m["id"] for m in again["alpha"]["messages"]] == after
+
+
+@pytest.mark.parametrize("ahead", [1, 1000])
+def test_a_file_from_a_newer_build_is_refused_through_serve_untouched(tmp_path: Path, ahead: int) -> None:
+    """§7: "PRAGMA user_version stays the schema authority" — a file whose number is newer than this build's
+    schema is neither archived (the reset is for 1–6 only) nor migrated: serve refuses it, the file and its
+    WAL exactly as they were, no backup written."""
+    data = tmp_path / "data"
+    seed = build_seed_dir(data, 17)
+    _leave_in_wal(seed.db, f"PRAGMA user_version = {SCHEMA_VERSION + ahead}")
+    digests = {s: sha256(Path(f"{seed.db}{s}")) for s in ("", "-wal")}
+    done = _serve(data)
+    assert done.returncode == EXIT_STORE_REFUSED, (done.returncode, done.stderr[-2000:])
+    assert f"schema version {SCHEMA_VERSION + ahead}" in done.stderr and "Traceback" not in done.stderr
+    assert {s: sha256(Path(f"{seed.db}{s}")) for s in ("", "-wal")} == digests
+    assert _backups(data) == [] and seed.file_bytes() == seed.files
+
+
+@pytest.mark.parametrize("fault", ["migrate.9_11.before_commit:1:enospc", "migrate.9_11.before_commit:1:eio",
+                                   "migrate.9_11.before_commit:1:raise", "migrate.9_11.after_backup:1:enospc"])
+def test_a_write_failure_inside_the_guarded_step_fails_closed_through_serve(tmp_path: Path, fault: str) -> None:
+    """§7 item 9: "A ... parse, constraint, or write failure fails closed, rolls back the transaction, and
+    leaves the pre-migration schema authoritative; the backup remains available for recovery." The failure
+    is injected inside the step's open transaction (and right after the backup); the host exits with one
+    line, every row of the v9 file is there, its backup is exact, and the next start migrates it."""
+    data = tmp_path / "data"
+    seed = build_seed_dir(data, 9)
+    before = dump(seed.db)
+    done = run_cli("--data-dir", str(data), "serve", "--port", "0", "--quiet", env={"RT_CRASHPOINT": fault})
+    assert done.returncode == EXIT_STORE_REFUSED, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert user_version(seed.db) == 9 and dump(seed.db) == before
+    assert _backups(data) == ["pi.sqlite.v9.bak"] and dump(data / "pi.sqlite.v9.bak") == before
+    assert not (data / "host.json").exists()
+    seen = _open_and_read(data)
+    assert user_version(seed.db) == SCHEMA_VERSION
+    assert seen["settings"]["value"]["defaultMode"] == "plan"
+    assert seed.file_bytes() == seed.files
