@@ -10,7 +10,9 @@ and exit codes in ``store.doctor.doctor_report``.
 
 A database at an older schema (a seed-era file, or one of this host's older
 versions) is not migrated here — ``pi-host serve`` does that, behind its
-backups; doctor checks its integrity and the files, and says so.
+backups; doctor checks its integrity and the files, and says so. When the guarded
+seed step would refuse the file (seed §7: a malformed value, named by its row), doctor
+reports that as damage nothing here repairs, instead of promising the migration.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.doctor.doctor_sessions import DataDirPaths, check_sessions, check_surroundings
 from store.doctor.doctor_settings import kv_records
 from store.indexing.database import apply_pragmas
-from store.upgrade.migrations import OpenAction, classify
+from store.upgrade.migrations import OpenAction, classify, preflight_refusal
 from store.upgrade.schema import SCHEMA_VERSION
 
 __all__ = ["DataDirPaths", "DoctorReport", "run_doctor"]
@@ -50,12 +52,19 @@ def _connect(db_path: Path, *, repair: bool) -> sqlite3.Connection:
     return conn
 
 
-def _schema_note(report: DoctorReport, version: int, has_schema: bool) -> bool:
+def _schema_note(report: DoctorReport, conn: sqlite3.Connection, version: int, has_schema: bool) -> bool:
     """A finding for a database at another version; True when it is this build's current layout."""
     action = classify(version, has_schema)
     if action is OpenAction.CURRENT:
         return True
-    if action is OpenAction.UPGRADE:
+    refusal = preflight_refusal(conn) if action is OpenAction.UPGRADE else None
+    if refusal is not None:
+        # seed §7: the guarded step fails closed on this value, so `serve` will not start until a person
+        # corrects it (the file and its backup stay as they are); never call that clean
+        report.add("schema.version", "pi.sqlite", f"schema v{version}: the next `pi-host serve` refuses to "
+                   f"migrate it and exits, the file left as it is: {refusal.message}; correct that value (or "
+                   "restore a copy you trust) and start again", Severity.DAMAGED, version=version)
+    elif action is OpenAction.UPGRADE:
         report.add("schema.version", "pi.sqlite", f"schema v{version}: the next `pi-host serve` migrates it in "
                    f"place to v{SCHEMA_VERSION}, behind pi.sqlite.v<n>.bak backups; the index checks wait for "
                    "that", Severity.INFO, version=version)
@@ -105,7 +114,7 @@ def run_doctor(paths: DataDirPaths, *, repair: bool, now_ms: int, progress: Prog
                 conn = None
             else:
                 report.schema_version = version
-                current = _schema_note(report, version, has_schema)
+                current = _schema_note(report, conn, version, has_schema)
                 if not integrity(conn, report, repair=repair) or not text_encoding(conn, report):
                     conn.close()
                     conn = None

@@ -860,6 +860,23 @@ def refuse_before_writing(
         conn.close()
 
 
+def preflight_refusal(conn: sqlite3.Connection, *, platform: str | None = None) -> MigrationFailed | None:
+    """Why the next open would refuse to migrate ``conn``'s database, or None (reads only).
+
+    The refusal :func:`migrate` and :func:`refuse_before_writing` would raise before the chain's first
+    write (a malformed seed-era value the guarded step names, seed §7), for a database they would upgrade;
+    None for any other version. ``pi-host doctor`` reports it instead of promising a migration.
+    """
+    current = _user_version(conn)
+    if classify(current, _has_schema(conn)) is not OpenAction.UPGRADE:
+        return None
+    try:
+        _preflight(conn, plan_steps(current, chain_steps(platform)), current)
+    except MigrationFailed as exc:
+        return exc
+    return None
+
+
 def _preflight(conn: sqlite3.Connection, chain: Sequence[MigrationStep], start: int) -> None:
     version = start
     for step in chain:

@@ -645,3 +645,23 @@ def test_a_write_failure_inside_the_guarded_step_fails_closed_through_serve(tmp_
     assert user_version(seed.db) == SCHEMA_VERSION
     assert seen["settings"]["value"]["defaultMode"] == "plan"
     assert seed.file_bytes() == seed.files
+
+
+@pytest.mark.parametrize("repair", [False, True])
+def test_doctor_on_a_file_the_guarded_step_refuses_says_so_and_changes_nothing(tmp_path: Path,
+                                                                                 repair: bool) -> None:
+    """§7 item 9: a malformed value "fails closed ... and leaves the pre-migration schema authoritative; the
+    backup remains available for recovery" — recovery means a person corrects the value, and the offline
+    checker they run to find out why the host will not start must not call the directory clean and promise
+    that the next start migrates it. It names the row, exits as for damage nothing here can repair, and
+    writes nothing (not even with --repair)."""
+    data = tmp_path / "data"
+    seed = build_seed_dir(data, 9, tweak=_settings_with(defaultCommandShell="cmd"))
+    assert _serve(data).returncode == EXIT_STORE_REFUSED
+    digest, before = sha256(seed.db), dump(seed.db)
+    done = run_cli("--data-dir", str(data), "doctor", *(["--repair"] if repair else []))
+    assert done.returncode == 2, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert "defaultCommandShell 'cmd' is a shell of win32, not of linux" in done.stdout, done.stdout
+    assert "migrates it in place" not in done.stdout
+    assert sha256(seed.db) == digest and dump(seed.db) == before
+    assert _backups(data) == ["pi.sqlite.v9.bak"]
