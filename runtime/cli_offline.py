@@ -37,6 +37,7 @@ from store.search.search import search_sessions
 from store.transcripts import windows
 from store.transcripts.records import wire_record
 from store.transcripts.transcript import read_transcript
+from store.upgrade.migrations import preflight_refusal
 from store.upgrade.schema import SCHEMA_VERSION
 
 __all__ = ["OfflineRefused", "read_offline", "read_offline_command"]
@@ -129,6 +130,10 @@ def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> d
         try:
             with offline_reads(data_dir.db_path):
                 version = schema_version(conn)
+                refusal = preflight_refusal(conn) if version != SCHEMA_VERSION else None
+                if refusal is not None:  # seed §7: serve fails closed on this file too; say why, not "start serve"
+                    raise OfflineRefused(f"the index is schema v{version}, and `pi-host serve` refuses to migrate "
+                                         f"it: {refusal.message}")
                 if version != SCHEMA_VERSION:
                     raise OfflineRefused(f"the index is schema v{version}, this build reads v{SCHEMA_VERSION}: "
                                          "start `pi-host serve` once to migrate it")

@@ -665,3 +665,17 @@ def test_doctor_on_a_file_the_guarded_step_refuses_says_so_and_changes_nothing(t
     assert "migrates it in place" not in done.stdout
     assert sha256(seed.db) == digest and dump(seed.db) == before
     assert _backups(data) == ["pi.sqlite.v9.bak"]
+
+
+def test_an_offline_read_of_a_file_the_guarded_step_refuses_names_the_row(tmp_path: Path) -> None:
+    """§7 item 9 (as above): the offline reads (`pi-host sessions`) of a directory whose seed file the guarded
+    step refuses must not send the user to `pi-host serve` "once to migrate it" — serve refuses it too."""
+    data = tmp_path / "data"
+    seed = build_seed_dir(data, 10, tweak=_session_mode("autopilot"))
+    assert _serve(data).returncode == EXIT_STORE_REFUSED  # what the user saw first
+    digest = sha256(seed.db)
+    done = run_cli("--data-dir", str(data), "sessions")
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "sessions row id='s-beta': mode 'autopilot'" in done.stderr, done.stderr
+    assert "once to migrate it" not in done.stderr
+    assert sha256(seed.db) == digest and _backups(data) == ["pi.sqlite.v10.bak"]
