@@ -679,3 +679,21 @@ def test_an_offline_read_of_a_file_the_guarded_step_refuses_names_the_row(tmp_pa
     assert "sessions row id='s-beta': mode 'autopilot'" in done.stderr, done.stderr
     assert "once to migrate it" not in done.stderr
     assert sha256(seed.db) == digest and _backups(data) == ["pi.sqlite.v10.bak"]
+
+
+def test_a_seed_file_without_a_settings_blob_or_tasks_migrates(tmp_path: Path) -> None:
+    """§7 items 2-3 parse "the structured app settings value" and "each scheduled task's config_json": a seed
+    install that never saved a setting and has no task has neither, which is not malformed — it migrates,
+    and reads give the defaults."""
+    def bare(rows: Rows) -> None:
+        rows["kv"] = [r for r in rows["kv"] if (r["ns"], r["key"]) != ("app", "settings")]
+        rows["task_runs"] = [r for r in rows["task_runs"] if r.get("task_id") is None]
+        rows["scheduled_tasks"] = []
+
+    data = tmp_path / "data"
+    seed = build_seed_dir(data, 8, tweak=bare)
+    seen = _open_and_read(data)
+    assert user_version(seed.db) == SCHEMA_VERSION
+    assert seen["settings"]["value"] == {"largePasteThreshold": 600, "thinkingDisplayMode": "detailed"}
+    assert seen["tasks"]["tasks"] == []
+    assert [m["id"] for m in seen["alpha"]["messages"]] == ["m-a1", "m-a2", "m-a3", "m-a4", "m-a5"]
