@@ -77,6 +77,11 @@ class Faults:
     def hits(self, name: str) -> int:
         return self._hits.get(name, 0)
 
+    def counts(self) -> dict[str, int]:
+        """How often each point was reached so far (counted while any rule is armed; tests)."""
+        with self._lock:
+            return dict(self._hits)
+
     def point(self, name: str) -> None:
         if not self.enabled:
             return
