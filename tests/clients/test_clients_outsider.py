@@ -1,0 +1,368 @@
+"""An app developer's reading of pihost_client, checked against real ``pi-host serve`` processes.
+
+Each test quotes the sentence of the documents it holds the client (and the host behind it) to:
+clients/python/README.md and ``pihost_client/client.py`` (which the README points to for reconnect,
+resubscribe and receipt-backed retries), and protocol/README.md sections 3 to 7.
+
+What tests/clients/test_client_holds_up.py, test_connect_failures.py and test_handshake_reset.py already
+cover is not repeated: an append or a database-only call killed *after* its effect, a workload through
+random SIGKILLs, SIGTERM during a stream of calls, a bad token, a missing data directory, a reset during
+the handshake, resuming after a dropped connection. What they left open, and this file checks:
+
+* a keyed write killed *before* its effect (the retry must apply it, not lose it), and the same key reused
+  for another request;
+* a raw ``call`` of a mutating method without a ``submissionId`` (documented as not retried);
+* SIGTERM in the middle of a stream of events: no duplicate, no gap, one Resync;
+* a call cancelled by its caller while its frame is half sent, or while it waits for its answer;
+* a server that answers plain HTTP or garbage, and one that accepts the WebSocket and never answers
+  ``host.hello``;
+* paging a session larger than one reply may be, and the error codes on the way.
+
+Every scenario runs under asyncio and trio (the client claims both).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from pihost_client import ConnectionLost, Event, HostUnavailable, Resync, RpcError, connect
+from tests.clients.test_client_holds_up import (
+    BACKENDS,
+    Host,
+    fast,
+    message_event,
+    message_ids,
+    run,
+    text_message,
+    valid,
+)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[Host]:
+    h = Host(tmp_path / "data")
+    try:
+        yield h
+    finally:
+        if h.proc is not None and h.proc.proc.poll() is None:
+            h.proc.proc.send_signal(signal.SIGCONT)  # a test that stopped it and failed
+        h.cleanup()
+
+
+# -- receipts: a keyed write killed before its effect; a key reused for another request ---------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_keyed_write_killed_before_it_was_written_is_applied_once_by_the_retry(host: Host, backend: str) -> None:
+    """client.py: "when the connection is lost before the answer [...], the same request is sent again with the
+    same id, so the host applies it at most once and answers the retry from its receipt". Killed before the
+    line was written, the retry on the restarted host must apply it (no silent loss), once, and a second send
+    with the same key must get the same answer (no duplicate)."""
+
+    async def body() -> None:
+        await host.start()
+        async with connect(data_dir=host.data_dir, client_id="before-write") as c:
+            sid = (await c.session.create(title="Before"))["id"]
+        await host.terminate()
+        await host.start(env={"RT_CRASHPOINT": "append.before_write:1:kill"})
+        armed = host.current
+        async with fast(host.data_dir, "before-write") as c:
+
+            async def restart_when_dead() -> None:
+                assert await host.died() == -9
+                await host.start()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(restart_when_dead)
+                with anyio.fail_after(30):
+                    answered = valid("session.appendMessage", await c.session.append_message(
+                        session_id=sid, message=text_message("m1", "killed before its line"),
+                        submission_id="key-1"))
+            assert armed.proc.returncode == -9 and c.connects == 2
+            again = valid("session.appendMessage", await c.session.append_message(
+                session_id=sid, message=text_message("m1", "killed before its line"), submission_id="key-1"))
+            assert answered["replayed"] is False and answered["message"]["id"] == "m1"
+            assert again == answered
+            assert await message_ids(c, sid) == ["m1"]
+            # protocol/README.md section 4: "The same key used for a different request (other params, or another
+            # method) fails with `IDEMPOTENCY_CONFLICT` and changes nothing."
+            with pytest.raises(RpcError) as conflict:
+                await c.session.append_message(session_id=sid, message=text_message("m2", "other"),
+                                               submission_id="key-1")
+            assert conflict.value.data_code == "IDEMPOTENCY_CONFLICT" and not conflict.value.retriable
+            assert await message_ids(c, sid) == ["m1"]
+        await host.terminate()
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_raw_mutating_call_without_a_submission_id_is_not_resent(host: Host, backend: str) -> None:
+    """client.py, ``Client.call``: "mutating calls need a ``submissionId`` in ``params`` to be retried after a lost
+    connection". Without one, the host dying after the effect must be a ConnectionLost for the caller (who cannot
+    know whether it took effect), never a second, unkeyed send that stores the message twice."""
+
+    async def body() -> None:
+        await host.start()
+        async with connect(data_dir=host.data_dir, client_id="raw") as c:
+            sid = (await c.session.create(title="Raw"))["id"]
+        await host.terminate()
+        await host.start(env={"RT_CRASHPOINT": "append.after_fsync:1:kill"})
+        async with fast(host.data_dir, "raw", reconnect_timeout=20) as c:
+
+            async def restart_when_dead() -> None:
+                assert await host.died() == -9
+                await host.start()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(restart_when_dead)
+                with anyio.fail_after(30), pytest.raises(ConnectionLost) as lost:
+                    await c.call("session.appendMessage",
+                                 {"sessionId": sid, "message": text_message("m1", "unkeyed")})
+            assert not isinstance(lost.value, HostUnavailable)  # it did not wait for the host: it was not resent
+            with anyio.fail_after(30):
+                assert await message_ids(c, sid) == ["m1"]  # the effect, once
+        await host.terminate()
+
+    run(backend, body)
+
+
+# -- SIGTERM in the middle of a stream of events ---------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_graceful_stop_mid_stream_gives_each_event_once_then_one_resync(host: Host, backend: str) -> None:
+    """protocol/README.md section 5: "`cursor` is host-wide and strictly increasing" and "`cursor`s restart with
+    every host start [...] subscribe without one and reload (the Python client does this and yields a
+    `Resync`)"; client.py: "If the host restarted (a new ``bootId``) [...] the subscription yields a
+    :class:`Resync` first". A writer streams appends while the host gets SIGTERM and is started again: the
+    subscriber sees no message twice, its events before the stop are a gapless prefix of what was acknowledged,
+    one Resync separates the boots, and reloading after it shows every acknowledged message once."""
+
+    async def body() -> None:
+        await host.start()
+        acked: list[str] = []
+        async with fast(host.data_dir, "stream-reader", reconnect_timeout=20) as reader, \
+                fast(host.data_dir, "stream-writer", reconnect_timeout=20) as writer:
+            sid = (await writer.session.create(title="Stream"))["id"]
+            async with reader.subscribe(["session.message"], session_id=sid) as events:
+                stopped = anyio.Event()
+                streaming = anyio.Event()
+
+                async def write() -> None:
+                    n = 0
+                    while not stopped.is_set() or n < 60:
+                        mid = f"m{n:04d}"
+                        await writer.session.append_message(session_id=sid, message=text_message(mid, mid))
+                        acked.append(mid)
+                        if n == 20:
+                            streaming.set()
+                        n += 1
+
+                async def stop() -> None:
+                    await streaming.wait()
+                    assert await host.terminate() == 0
+                    await host.start()
+                    stopped.set()
+
+                items: list[Event | Resync] = []
+                with anyio.fail_after(60):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(write)
+                        tg.start_soon(stop)
+                    while not items or not isinstance(items[-1], Event) or message_event(items[-1]) != acked[-1]:
+                        items.append(await events.next())
+            assert reader.connects == 2 and writer.connects == 2
+            resyncs = [i for i, item in enumerate(items) if isinstance(item, Resync)]
+            assert len(resyncs) == 1, items
+            before = [message_event(e) for e in items[:resyncs[0]]]
+            after = [message_event(e) for e in items[resyncs[0] + 1:]]
+            assert before == acked[:len(before)], "a gap or a reordering before the stop"
+            assert not set(before) & set(after), "an event delivered again after the restart"
+            for segment in (items[:resyncs[0]], items[resyncs[0] + 1:]):
+                cursors = [e.cursor for e in segment if isinstance(e, Event)]
+                assert cursors == sorted(set(cursors))
+            assert after == acked[len(acked) - len(after):], "a gap after the restart"
+            assert await message_ids(reader, sid) == acked  # the reload the Resync asks for: each message once
+        await host.terminate()
+
+    run(backend, body)
+
+
+# -- cancellation by the caller -------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_call_cancelled_by_its_caller_leaves_the_client_working(host: Host, backend: str) -> None:
+    """client.py, ``connect``: a call "waits at most ``reconnect_timeout``"; the README: "The adapter runs under
+    asyncio and trio like the client". A caller's cancel scope is the other bound an app has. With the host
+    stopped (SIGSTOP), a call waiting for its answer and a call whose 7 MiB frame is only partly sent are
+    cancelled; once the host runs again, the client answers the next calls (no frame left half written ahead of
+    them), holds no reply slot for the cancelled ones, and each cancelled write took effect at most once."""
+
+    async def body() -> None:
+        await host.start()
+        pid = host.current.proc.pid
+        async with fast(host.data_dir, "cancel", reconnect_timeout=20) as c:
+            sid = (await c.session.create(title="Cancel"))["id"]
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                with anyio.move_on_after(0.5) as waiting:
+                    await c.session.append_message(session_id=sid, message=text_message("small", "waits"),
+                                                   submission_id="cancel-small")
+                with anyio.move_on_after(0.5) as sending:
+                    await c.session.append_message(session_id=sid, message=text_message("big", "y" * (7 << 20)),
+                                                   submission_id="cancel-big")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert waiting.cancelled_caught and sending.cancelled_caught
+            with anyio.fail_after(30):
+                after = valid("session.appendMessage", await c.session.append_message(
+                    session_id=sid, message=text_message("after", "works")))
+                assert after["message"]["id"] == "after"
+                renamed = valid("session.rename", await c.session.rename(session_id=sid, title="Still works"))
+                assert renamed["title"] == "Still works"
+                page = valid("session.get", await c.session.get(session_id=sid, full=True, content_limit=8))
+            ids = Counter(m["id"] for m in page["messages"])
+            assert ids["after"] == 1 and ids["small"] <= 1 and ids["big"] <= 1, ids
+            conn = c._conn
+            assert conn is not None and not conn._slots, "a cancelled call left its reply slot behind"
+        await host.terminate()
+
+    run(backend, body)
+
+
+# -- no host, a garbage answer, a silent WebSocket -------------------------------------------------------------
+class FakeServer:
+    """A TCP server on loopback that answers every connection with ``reply`` (bytes, or None: accept the
+    WebSocket upgrade, then say nothing) and keeps the socket open until it is closed."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        self.reply = reply
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = int(self.sock.getsockname()[1])
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            try:
+                head = conn.recv(65536)
+                if self.reply is not None:
+                    conn.sendall(self.reply)
+                    continue
+                key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"sec-websocket-key:"))
+                import base64
+                import hashlib
+                accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+                conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                             b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+def _connect_raises(backend: str, url: str, **options: Any) -> tuple[BaseException, float]:
+    """What ``async with connect(url, token)`` raises and after how long (bounded by the test at 20 s)."""
+
+    async def attempt() -> tuple[BaseException, float]:
+        started = anyio.current_time()
+        with anyio.fail_after(20):
+            try:
+                async with connect(url, "0" * 64, client_id="outsider", **options):
+                    pass
+            except BaseException as exc:  # noqa: B036 - the test inspects exactly what comes out
+                return exc, anyio.current_time() - started
+        raise AssertionError("connect() succeeded")
+
+    return anyio.run(attempt, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reply", [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+                                   b"SSH-2.0-OpenSSH_9.2\r\n", None], ids=["http", "garbage", "silent-websocket"])
+def test_a_server_that_is_not_a_host_is_a_typed_error_within_the_connect_timeout(backend: str, reply: bytes | None
+                                                                                 ) -> None:
+    """client.py, ``connect``: it "Fails [...] with a :class:`ConnectionLost` subclass (never an exception group)";
+    the failure to connect is bounded by ``connect_timeout``. A port that answers plain HTTP, one that answers
+    something else, and a WebSocket that never answers ``host.hello`` each end in a ConnectionLost naming why,
+    within the timeout, never a hang or a raw exception."""
+    server = FakeServer(reply)
+    try:
+        exc, took = _connect_raises(backend, f"ws://127.0.0.1:{server.port}/", connect_timeout=2)
+    finally:
+        server.close()
+    assert isinstance(exc, ConnectionLost), repr(exc)
+    assert "could not connect within 2" in str(exc) and took < 10, (str(exc), took)
+
+
+# -- large sessions and error codes ----------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_session_larger_than_a_reply_is_read_page_by_page(host: Host, backend: str) -> None:
+    """protocol/README.md section 6: "A read of the **whole** transcript (`full: true` [...]) that is over the
+    budget is `PAYLOAD_TOO_LARGE` with `data.paging` [...]: stream it instead with `messageEnd: 0, maxBytes: N`,
+    then `messageEnd: <previous messageEnd>` until `hasMoreAfter` is false", and section 3: "`error.data.code`
+    is a **stable string**". Four 5 MiB messages (20 MiB, over the 16 MiB budget): the whole read is a typed
+    RpcError with that code and its paging hint; paging with a 6 MiB budget reads every message once, in
+    order; a default window is cut to what fits. Unknown ids and bad params answer their codes."""
+    size = 5 << 20
+
+    async def body() -> None:
+        await host.start()
+        async with connect(data_dir=host.data_dir, client_id="pager") as c:
+            sid = (await c.session.create(title="Big"))["id"]
+            for i in range(4):
+                await c.session.append_message(session_id=sid, message=text_message(f"b{i}", chr(97 + i) * size))
+            with pytest.raises(RpcError) as whole:
+                await c.session.get(session_id=sid, full=True)
+            assert whole.value.data_code == "PAYLOAD_TOO_LARGE" and not whole.value.retriable
+            assert {"messageEnd", "maxBytes"} <= set(whole.value.data["paging"])
+            seen: list[str] = []
+            end = 0
+            while True:
+                page = valid("session.get", await c.session.get(session_id=sid, message_end=end,
+                                                                max_bytes=6 << 20))
+                assert len(page["messages"]) == 1  # 6 MiB holds one 5 MiB line, not two
+                for m in page["messages"]:
+                    seen.append(m["id"])
+                    assert m["blocks"][0]["text"] == m["blocks"][0]["text"][0] * size
+                end = page["messageEnd"]
+                if not page["hasMoreAfter"]:
+                    break
+            assert seen == ["b0", "b1", "b2", "b3"]
+            # "`maxBytes` [...] bounds the transcript lines it is built from": a default window of the newest four
+            # (16 MiB of lines) is cut to the newest whole messages that fit, and says there is more before
+            newest = valid("session.get", await c.session.get(session_id=sid, message_limit=4, content_limit=10))
+            assert [m["id"] for m in newest["messages"]] == seen[1:] and newest["hasMoreBefore"] is True
+            assert all(m["truncated"] for m in newest["messages"])
+            with pytest.raises(RpcError) as unknown:
+                await c.session.get(session_id="no-such-session")
+            assert unknown.value.data_code == "SESSION_NOT_FOUND" and not unknown.value.retriable
+            with pytest.raises(RpcError) as around:
+                await c.session.get(session_id=sid, message_around="no-such-message")
+            assert around.value.data_code == "MESSAGE_NOT_FOUND"
+            with pytest.raises(RpcError) as bad:
+                await c.session.append_message(session_id=sid, message={"id": "x", "role": "user", "blocks": [
+                    {"type": "text"}]})
+            assert bad.value.data_code == "INVALID_PARAMS" and bad.value.code == -32602
+            assert any(e["loc"].startswith("message.blocks.0") for e in bad.value.field_errors), bad.value.describe()
+        await host.terminate()
+
+    run(backend, body)
