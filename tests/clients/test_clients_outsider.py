@@ -12,6 +12,7 @@ the handshake, resuming after a dropped connection. What they left open, and thi
 * a keyed write killed *before* its effect (the retry must apply it, not lose it), and the same key reused
   for another request;
 * a raw ``call`` of a mutating method without a ``submissionId`` (documented as not retried);
+* a subscriber that does not read its events while the same client makes calls;
 * SIGTERM in the middle of a stream of events: no duplicate, no gap, one Resync;
 * a call cancelled by its caller while its frame is half sent, or while it waits for its answer;
 * a server that answers plain HTTP or garbage, and one that accepts the WebSocket and never answers
@@ -42,6 +43,7 @@ from tests.clients.test_client_holds_up import (
     fast,
     message_event,
     message_ids,
+    next_items,
     run,
     text_message,
     valid,
@@ -130,6 +132,88 @@ def test_a_raw_mutating_call_without_a_submission_id_is_not_resent(host: Host, b
             assert not isinstance(lost.value, HostUnavailable)  # it did not wait for the host: it was not resent
             with anyio.fail_after(30):
                 assert await message_ids(c, sid) == ["m1"]  # the effect, once
+        await host.terminate()
+
+    run(backend, body)
+
+
+# -- a subscriber that does not read --------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_subscriber_that_does_not_read_holds_up_no_call(host: Host, backend: str) -> None:
+    """client.py: "Slow consumers never hold up calls: each subscription buffers at most ``buffer`` items [...]
+    once the consumer has read what is buffered, resubscribes from its cursor: the host replays what was missed"
+    (protocol/README.md section 5: "A slow subscriber is disconnected instead of being buffered without limit";
+    "After a reconnect, subscribe with it to get the events you missed, with no gaps").
+
+    The tour's own shape (subscribe, make calls, then iterate) with more calls than the buffer holds: the calls
+    hung for ever (the connection's reader waited for room in the subscription's buffer, so no answer was read),
+    and the host, whose socket was still read by nobody, could not tell."""
+    count = 40
+
+    async def body() -> None:
+        await host.start()
+        async with connect(data_dir=host.data_dir, client_id="slow-reader") as c:
+            sid = (await c.session.create(title="Slow reader"))["id"]
+            other = (await c.session.create(title="Read on time"))["id"]
+            async with c.subscribe(["session.message"], session_id=sid, buffer=4) as events, \
+                    c.subscribe(["session.message"], session_id=other) as live:
+                with anyio.move_on_after(30) as hung:
+                    for i in range(count):
+                        await c.session.append_message(session_id=sid, message=text_message(f"m{i}", f"n{i}"))
+                    # another subscription of the same client is not held up either
+                    await c.session.append_message(session_id=other, message=text_message("o0", "on time"))
+                    assert [message_event(e) for e in await next_items(live, 1)] == ["o0"]
+                if hung.cancelled_caught:
+                    with anyio.move_on_after(2):  # free the reader, so that the client can close
+                        async for _ in events:
+                            pass
+                    pytest.fail("the calls hung behind the events nobody read")
+                got = await next_items(events, count)
+                assert [message_event(e) for e in got] == [f"m{i}" for i in range(count)]  # no Resync, no gap
+                cursors = [e.cursor for e in got if isinstance(e, Event)]
+                assert cursors == sorted(set(cursors))
+                await c.session.append_message(session_id=sid, message=text_message("after", "live again"))
+                assert [message_event(e) for e in await next_items(events, 1)] == ["after"]
+            assert c.connects == 1
+        await host.terminate()
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_subscriber_that_does_not_read_across_a_restart_gets_its_resync_in_order(host: Host, backend: str) -> None:
+    """client.py: "If the host restarted (a new ``bootId``) [...] the subscription yields a :class:`Resync` first:
+    reload what you show, then go on with the events that follow", and slow consumers "never hold up calls". A
+    subscriber with a full buffer when the host is SIGKILLed and restarted: the client reconnects (its calls
+    work: the reconnect used to wait for room for the Resync, so they waited ``reconnect_timeout`` and raised
+    HostUnavailable), and the consumer reads what was buffered, then the Resync, then every event of the new boot
+    since the reconnect, in order."""
+
+    async def body() -> None:
+        await host.start()
+        async with fast(host.data_dir, "slow-restart", reconnect_timeout=10) as c, \
+                fast(host.data_dir, "slow-restart-writer", reconnect_timeout=10) as writer:
+            sid = (await c.session.create(title="Slow restart"))["id"]
+            async with c.subscribe(["session.message"], session_id=sid, buffer=4) as events:
+                with anyio.move_on_after(30) as hung:
+                    for i in range(8):
+                        await writer.session.append_message(session_id=sid, message=text_message(f"m{i}", "x"))
+                    await c.session.get(session_id=sid)  # the buffer is full and the reader went on
+                    await host.kill()
+                    await host.start()
+                    renamed = await c.session.rename(session_id=sid, title="After the restart")
+                    assert renamed["title"] == "After the restart" and c.connects == 2
+                    for i in range(3):
+                        await writer.session.append_message(session_id=sid, message=text_message(f"n{i}", "y"))
+                if hung.cancelled_caught:
+                    with anyio.move_on_after(2):
+                        async for _ in events:
+                            pass
+                    pytest.fail("the calls hung behind the events nobody read")
+                items = await next_items(events, 8)
+        assert [message_event(e) for e in items[:4]] == ["m0", "m1", "m2", "m3"]
+        assert isinstance(items[4], Resync) and "restarted" in items[4].reason, items[4]
+        assert [message_event(e) for e in items[5:]] == ["n0", "n1", "n2"]
         await host.terminate()
 
     run(backend, body)

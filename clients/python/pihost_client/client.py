@@ -29,6 +29,12 @@ Runs under asyncio and trio (anyio). What it does for you:
   ``bootId``) or no longer holds that history (``CURSOR_EXPIRED``), the
   subscription yields a :class:`Resync` first: reload what you show, then
   go on with the events that follow.
+* **Slow consumers never hold up calls**: each subscription buffers at most
+  ``buffer`` items (1024). When its consumer falls that far behind, the
+  client stops taking that subscription's events (answers to calls and the
+  other subscriptions go on) and, once the consumer has read what is
+  buffered, resubscribes from its cursor: the host replays what was missed,
+  or the subscription yields a :class:`Resync` when it no longer holds it.
 """
 
 from __future__ import annotations
@@ -194,7 +200,7 @@ class _Connection:
             sub = self.routes.get(str(params.get("subscriptionId")))
             if sub is not None:
                 data = params.get("data")
-                await sub._deliver(Event(str(params.get("topic", "")), int(params.get("cursor", 0)),
+                sub._deliver(Event(str(params.get("topic", "")), int(params.get("cursor", 0)),
                                          data if isinstance(data, dict) else {}, params.get("sessionId"),
                                          params.get("transient") is True))
             return
@@ -220,18 +226,73 @@ class Subscription:
         self.wire_id: str | None = None
         self._send: MemoryObjectSendStream[Event | Resync]
         self._recv: MemoryObjectReceiveStream[Event | Resync]
+        if buffer < 1:
+            raise ValueError("a subscription buffers at least one item")
         self._send, self._recv = anyio.create_memory_object_stream[Event | Resync](buffer)
         self.closed = False
+        self._overflowed = False
+        """The buffer was full: events are dropped (the cursor stays at the last buffered one) until the consumer
+        has read the buffer and :meth:`_resume` resubscribes from the cursor."""
+        self._pending_resync: str | None = None
 
-    async def _deliver(self, item: Event | Resync) -> None:
-        if isinstance(item, Event) and not item.transient:
-            if self.cursor is not None and item.cursor <= self.cursor:
-                return  # already delivered before a reconnect
-            self.cursor = item.cursor
+    def _deliver(self, item: Event | Resync) -> None:
+        """Buffer ``item`` without waiting: the connection's reader calls this, and a consumer that does not
+        read must not hold up the answers to calls (or the other subscriptions) behind its events."""
+        if self.closed:
+            return
+        if isinstance(item, Resync):
+            if self._overflowed:
+                self._pending_resync = item.reason
+                return
+        elif item.transient:
+            if not self._overflowed:
+                try:
+                    self._send.send_nowait(item)
+                except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass  # a live preview is not replayed: the next one, or the final message, supersedes it
+            return
+        elif self._overflowed or (self.cursor is not None and item.cursor <= self.cursor):
+            return  # dropped after an overflow (replayed by the resume), or delivered before a reconnect
         try:
-            await self._send.send(item)  # a full buffer holds the reader: the host closes a slow consumer
+            self._send.send_nowait(item)
+        except anyio.WouldBlock:
+            self._overflowed = True
+            if isinstance(item, Resync):
+                self._pending_resync = item.reason
+            return
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
+            return
+        if isinstance(item, Event):
+            self.cursor = item.cursor
+
+    async def _resume(self) -> Resync | None:
+        """After an overflow, once the buffer is read: resubscribe from the cursor on the live connection (the
+        host replays the missed events; a Resync when it no longer holds them). A Resync that did not fit is
+        returned, to be yielded first."""
+        self._overflowed = False
+        pending, self._pending_resync = self._pending_resync, None
+        conn = self._client._conn
+        if conn is not None and conn.alive:  # else the reconnect resubscribes from the cursor
+            old = self.wire_id
+            if old is not None:
+                conn.routes.pop(old, None)  # its events from here on would come after a gap
+            try:
+                if old is not None:
+                    try:
+                        await conn.call("events.unsubscribe", {"subscriptionId": old})
+                    except RpcError:
+                        pass
+                await self._attach(conn)
+            except ConnectionLost:
+                pass  # the reconnect resubscribes from the cursor
+        return Resync(pending) if pending is not None else None
+
+    async def _next(self) -> Event | Resync:
+        if self._overflowed and self._recv.statistics().current_buffer_used == 0:
+            resync = await self._resume()
+            if resync is not None:
+                return resync
+        return await self._recv.receive()
 
     def _params(self, boot_id: str) -> dict[str, Any]:
         params: dict[str, Any] = {"topics": self.topics}
@@ -247,7 +308,7 @@ class Subscription:
         resumed = self.boot_id is not None
         params = self._params(boot_id)
         if resumed and "cursor" not in params:
-            await self._deliver(Resync("the host restarted" if self.boot_id != boot_id else "resubscribed"))
+            self._deliver(Resync("the host restarted" if self.boot_id != boot_id else "resubscribed"))
             self.cursor = None
 
         def bind(result: Any) -> None:
@@ -261,7 +322,7 @@ class Subscription:
         except RpcError as exc:
             if exc.data_code != "CURSOR_EXPIRED":
                 raise
-            await self._deliver(Resync("the host no longer holds the missed events"))
+            self._deliver(Resync("the host no longer holds the missed events"))
             self.cursor = None
             params.pop("cursor", None)
             await conn.call("events.subscribe", params, on_result=bind)
@@ -274,12 +335,12 @@ class Subscription:
 
     async def __anext__(self) -> Event | Resync:
         try:
-            return await self._recv.receive()
+            return await self._next()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
 
     async def next(self) -> Event | Resync:
-        return await self._recv.receive()
+        return await self._next()
 
     async def aclose(self) -> None:
         if self.closed:
