@@ -15,7 +15,7 @@ the handshake, resuming after a dropped connection. What they left open, and thi
 * a subscriber that does not read its events while the same client makes calls;
 * SIGTERM in the middle of a stream of events: no duplicate, no gap, one Resync;
 * a call cancelled by its caller while its frame is half sent, or while it waits for its answer;
-* a server that answers plain HTTP or garbage, and one that accepts the WebSocket and never answers
+* a url nobody answers, a server that answers garbage, and one that accepts the WebSocket and never answers
   ``host.hello``;
 * paging a session larger than one reply may be, and the error codes on the way.
 
@@ -36,7 +36,8 @@ from typing import Any
 import anyio
 import pytest
 
-from pihost_client import ConnectionLost, Event, HostUnavailable, Resync, RpcError, connect
+from pihost_client import ConnectionLost, Event, HostNotRunning, HostUnavailable, Resync, RpcError, connect
+from tests.clients.relay import free_port
 from tests.clients.test_client_holds_up import (
     BACKENDS,
     Host,
@@ -377,6 +378,24 @@ def _connect_raises(backend: str, url: str, **options: Any) -> tuple[BaseExcepti
         raise AssertionError("connect() succeeded")
 
     return anyio.run(attempt, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_url_nobody_listens_on_fails_at_once_unless_asked_to_wait(backend: str) -> None:
+    """client.py, ``connect``: "Fails at once, with a :class:`ConnectionLost` subclass [...] when no host runs on it
+    (:class:`HostNotRunning`; ``wait_for_host=True`` waits for one instead, up to ``connect_timeout``)"; the
+    TypeScript README says the same of its client ("`HostNotRunning` (nobody answered the first connection;
+    `waitForHost: true` keeps trying until `connectTimeoutMs`)"). A wrong port given as a url waited the whole
+    ``connect_timeout`` (30 s by default) and then said only "All connection attempts failed"."""
+    port = free_port()
+    exc, took = _connect_raises(backend, f"ws://127.0.0.1:{port}/", connect_timeout=15)
+    assert isinstance(exc, HostNotRunning) and isinstance(exc, ConnectionLost), repr(exc)
+    assert f"127.0.0.1:{port}" in str(exc) and "refused" in str(exc).lower() and took < 5, (str(exc), took)
+    said: list[str] = []
+    waited, took = _connect_raises(backend, f"ws://127.0.0.1:{port}/", connect_timeout=1, wait_for_host=True,
+                                   on_state=said.append)
+    assert type(waited) is ConnectionLost and "could not connect within 1" in str(waited), repr(waited)
+    assert "refused" in str(waited).lower() and said and "refused" in said[0].lower(), (str(waited), said)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -9,6 +9,7 @@ by a lock, so several tasks may call :meth:`WebSocket.send` at once.
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -164,8 +165,16 @@ async def connect_websocket(url: str, *, headers: Sequence[tuple[str, str]] = ()
     ``code`` and the response body as ``reason``.
     """
     target = _parse(url)
-    with anyio.fail_after(open_timeout):
-        stream: anyio.abc.ByteStream = await anyio.connect_tcp(target.host, target.port)
+    try:
+        with anyio.fail_after(open_timeout):
+            stream: anyio.abc.ByteStream = await anyio.connect_tcp(target.host, target.port)
+    except OSError as exc:
+        # anyio says "All connection attempts failed" and keeps the reason (ECONNREFUSED...) as the cause, which
+        # asyncio spells "Connect call failed": say it the same way under both loops
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno:
+            raise type(cause)(cause.errno, f"{os.strerror(cause.errno)} ({target.host}:{target.port})") from None
+        raise
     try:
         ws = WSConnection(ConnectionType.CLIENT)
         extra = [(k.encode("ascii"), v.encode("ascii")) for k, v in headers]

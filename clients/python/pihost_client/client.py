@@ -465,6 +465,9 @@ class Client(GeneratedMethods):
                     self._tell(f"waiting for a host: {exc}")
                 except (OSError, WebSocketClosed, TimeoutError) as exc:
                     self.last_error = exc
+                    if isinstance(exc, ConnectionRefusedError) and self.connects == 0 and not self._wait_for_host:
+                        self.last_error = self.fatal = HostNotRunning(f"no host answered on {info.url} ({exc})")
+                        return
                     self._tell(f"waiting for the host to answer: {exc}")
                 else:
                     try:
@@ -611,9 +614,9 @@ async def connect(url: str | None = None, token: str | None = None, *,
 
     Fails at once, with a :class:`ConnectionLost` subclass (never an exception group), when the
     host refuses the token or protocol (:class:`HostRefused`), when the data directory does not
-    exist, and when no host runs on it (:class:`HostNotRunning`; ``wait_for_host=True`` waits for
-    one instead, up to ``connect_timeout``, telling ``on_state`` so). Exceptions raised in the
-    ``async with`` body come out as they were raised, not wrapped in a group.
+    exist, and when no host runs on it or nobody listens on ``url`` (:class:`HostNotRunning`;
+    ``wait_for_host=True`` waits for one instead, up to ``connect_timeout``, telling ``on_state`` so).
+    Exceptions raised in the ``async with`` body come out as they were raised, not wrapped in a group.
 
     Once connected, a call made while the connection is down waits at most ``reconnect_timeout`` seconds
     for the client to reconnect (``math.inf``: as long as it takes), then raises :class:`HostUnavailable`
