@@ -245,20 +245,43 @@ class Connection {
     });
   }
 
-  request<T>(method: string, params: object): Promise<T> {
+  /** Send one request; `signal` ends the wait for its answer (rejecting with the signal's reason; an answer that
+   * comes later is dropped). */
+  request<T>(method: string, params: object, signal?: AbortSignal): Promise<T> {
     if (this.isDone || this.ws.readyState !== OPEN) {
       return Promise.reject(new ConnectionLost("not connected"));
     }
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve: (v) => resolve(v as T), reject });
+      const onAbort = (): void => {
+        if (this.pending.delete(id)) reject(abortReason(signal));
+      };
+      const settled = (): void => signal?.removeEventListener("abort", onAbort);
+      this.pending.set(id, {
+        resolve: (v) => {
+          settled();
+          resolve(v as T);
+        },
+        reject: (err) => {
+          settled();
+          reject(err);
+        },
+      });
+      signal?.addEventListener("abort", onAbort, { once: true });
       try {
         this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
       } catch (err) {
         this.pending.delete(id);
+        settled();
         reject(new ConnectionLost(`send failed: ${String(err)}`));
       }
     });
+  }
+
+  /** Requests sent and not answered yet (for tests and diagnostics). */
+  get inFlight(): number {
+    return this.pending.size;
   }
 
   /** Ends the connection: fails every request in flight (they are retried by `HostClient.call`). */
@@ -302,6 +325,19 @@ class Connection {
       }
     }
   }
+}
+
+/** Why `signal` aborted: its `reason` (an `AbortError` `DOMException` unless the caller gave one). */
+function abortReason(signal: AbortSignal | undefined): unknown {
+  return signal?.reason ?? new DOMException("This operation was aborted", "AbortError");
+}
+
+/** Options of one call. */
+export interface CallOptions {
+  /** Ends the call's wait (for a connection, for its answer, between retries): it rejects with the signal's
+   * `reason` (an `AbortError` by default) and is not sent again; an answer that comes later is dropped. A mutating
+   * call that was already sent may have taken effect: send it again with the same `submissionId` to know. */
+  signal?: AbortSignal;
 }
 
 function sleep(ms: number, wake: { cancel: (() => void) | null }): Promise<void> {
@@ -577,7 +613,9 @@ export class HostClient {
 
   /** The live connection, waiting for the retry chain to make one: at most `patienceMs` (default
    * `reconnectTimeoutMs`), then `HostUnavailable`; at most `maxWaitingCalls` callers at once. */
-  private connection(patienceMs: number = this.options.reconnectTimeoutMs ?? 30000): Promise<Connection> {
+  private connection(patienceMs: number = this.options.reconnectTimeoutMs ?? 30000,
+    signal?: AbortSignal): Promise<Connection> {
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
     const conn = this.conn;
     if (conn !== null && !conn.isDone) return Promise.resolve(conn);
     if (this.closing) return Promise.reject(this.fatal ?? new ConnectionLost("the client is closed"));
@@ -586,13 +624,18 @@ export class HostClient {
     }
     return new Promise<Connection>((resolve, reject) => {
       let timer: ReturnType<typeof setTimeout> | undefined;
+      const onAbort = (): void => {
+        if (this.waiters.delete(waiter)) waiter.reject(abortReason(signal));
+      };
       const waiter: Waiter = {
         resolve: (conn) => {
           clearTimeout(timer);
+          signal?.removeEventListener("abort", onAbort);
           resolve(conn);
         },
         reject: (error) => {
           clearTimeout(timer);
+          signal?.removeEventListener("abort", onAbort);
           reject(error);
         },
       };
@@ -600,19 +643,27 @@ export class HostClient {
         timer = setTimeout(() => {
           // settled once: a connection made in this same turn has not resolved this waiter yet
           if (!this.waiters.delete(waiter)) return;
-          reject(new HostUnavailable(patienceMs, this.lastError));
+          waiter.reject(new HostUnavailable(patienceMs, this.lastError));
         }, Math.min(patienceMs, MAX_TIMER_MS));
       }
+      signal?.addEventListener("abort", onAbort, { once: true });
       this.waiters.add(waiter);
     });
+  }
+
+  /** Calls waiting for a connection, and requests in flight on the current one (for tests and diagnostics). */
+  get pendingCalls(): { waiting: number; inFlight: number } {
+    return { waiting: this.waiters.size, inFlight: this.conn?.inFlight ?? 0 };
   }
 
   // -- calls -----------------------------------------------------------------------------------------------------
   /** Call a routed method; a mutating call gets a fresh submissionId unless one is given, so it is sent again
    * after a lost connection or a retriable error (the host answers the repeat from its receipt). Waiting for a
    * lost connection to come back takes at most `reconnectTimeoutMs`, then the call rejects with `HostUnavailable`
-   * (and is not sent again: only a connection, never a timer, ends a request in flight). */
-  async call<M extends MethodName>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
+   * (and is not sent again: only a connection, never a timer, ends a request in flight). `options.signal` ends
+   * the call whenever the caller chooses (see {@link CallOptions}). */
+  async call<M extends MethodName>(method: M, params: ParamsOf<M>, options: CallOptions = {}): Promise<ResultOf<M>> {
+    const signal = options.signal;
     let sent: object = params;
     if ((MUTATING_METHODS as readonly string[]).includes(method) && !("submissionId" in params && params.submissionId)) {
       sent = { ...params, submissionId: newSubmissionId() };
@@ -621,17 +672,28 @@ export class HostClient {
     let delay = this.options.backoff?.initialMs ?? 250;
     const cap = this.options.backoff?.maxMs ?? 10000;
     for (let attempt = 1; ; attempt++) {
-      const conn = await this.connection();
+      const conn = await this.connection(undefined, signal);
       try {
-        return await conn.request<ResultOf<M>>(method, sent);
+        return await conn.request<ResultOf<M>>(method, sent, signal);
       } catch (err) {
         const again =
           attempt < maxAttempts &&
           !this.closing &&
+          !signal?.aborted &&
           (err instanceof ConnectionLost || (err instanceof RpcError && err.retriable));
         if (!again) throw err;
         if (err instanceof RpcError) {
-          await new Promise((resolve) => setTimeout(resolve, delay));
+          await new Promise<void>((resolve) => {
+            const onAbort = (): void => {
+              clearTimeout(timer);
+              resolve();
+            };
+            const timer = setTimeout(() => {
+              signal?.removeEventListener("abort", onAbort);
+              resolve();
+            }, delay);
+            signal?.addEventListener("abort", onAbort, { once: true });
+          });
           delay = Math.min(cap, delay * 2);
         }
       }

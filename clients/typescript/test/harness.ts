@@ -23,11 +23,19 @@ type Command =
   | { op: "flood"; n: number }
   /** Send any call without waiting for it: a `done` line with `tag` says how it ended. */
   | { op: "start"; tag: string; method: MethodName; params: { [key: string]: unknown } }
+  /** Like `start`, with an AbortSignal that `abort` (same `tag`) fires. */
+  | { op: "startAbortable"; tag: string; method: MethodName; params: { [key: string]: unknown } }
+  | { op: "abort"; tag: string }
+  /** Calls waiting for a connection and requests in flight. */
+  | { op: "pending" }
   | { op: "settle" }
   | { op: "close" };
 
 /** Calls sent while the host was away ("flood"): how many were refused at once, how many resolved later. */
 const flood = { refused: 0, resolved: 0, failed: 0, pending: [] as Promise<void>[] };
+
+/** The AbortControllers of the calls started with `startAbortable`, by tag. */
+const aborts = new Map<string, AbortController>();
 
 /** How a call failed, for the test to check: the error's class and what a `HostUnavailable` carries (read by
  * property, so the harness builds against a client without it too). */
@@ -120,6 +128,26 @@ async function main(): Promise<void> {
             (err: unknown) => out({ kind: "done", tag: cmd.tag, ...failure(err, started) }),
           );
           out({ kind: "result", op: cmd.op, value: cmd.tag });
+          break;
+        }
+        case "startAbortable": {
+          const started = Date.now();
+          const controller = new AbortController();
+          aborts.set(cmd.tag, controller);
+          client.call(cmd.method, cmd.params as ParamsOf<MethodName>, { signal: controller.signal }).then(
+            (value: unknown) => out({ kind: "done", tag: cmd.tag, value, elapsedMs: Date.now() - started }),
+            (err: unknown) => out({ kind: "done", tag: cmd.tag, ...failure(err, started) }),
+          );
+          out({ kind: "result", op: cmd.op, value: cmd.tag });
+          break;
+        }
+        case "abort": {
+          aborts.get(cmd.tag)?.abort();
+          out({ kind: "result", op: cmd.op, value: cmd.tag });
+          break;
+        }
+        case "pending": {
+          out({ kind: "result", op: cmd.op, value: client.pendingCalls });
           break;
         }
         case "settle": {

@@ -1,0 +1,119 @@
+"""The TypeScript client as an app developer reads its README, against a real host process (Node with the ``ws``
+package, through the harness of test_typescript_reconnect.py).
+
+What that module leaves open and this one checks: a caller ending a call it no longer wants (a UI leaving a
+page, an agent's step cancelled), with an ``AbortSignal``, while the call waits for its answer (the host is
+stopped with SIGSTOP) and while it waits for a connection (the host is down); nothing is left waiting, the call
+is not sent again, later calls work, and a keyed write that was already sent takes effect once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from pihost_client import connect
+from tests.clients.relay import free_port
+from tests.clients.test_typescript_reconnect import CAP_MS, INITIAL_MS, Line, Node, _message, _state, data_dir, harness
+from tests.hostkit import HostProcess, start_host_process
+
+__all__ = ["data_dir", "harness"]  # the fixtures this module uses from the reconnect tests
+
+
+def _abortable(node: Node, tag: str, method: str, **params: Any) -> Callable[[float], Line]:
+    """Start a call with an AbortSignal (``node.run("abort", tag=tag)`` fires it); returns a function waiting (up to a
+    timeout) for the line saying how it ended."""
+    node.run("startAbortable", tag=tag, method=method, params=params)
+    return lambda timeout: node.seen(lambda x: x.get("kind") == "done" and x.get("tag") == tag, timeout)
+
+
+def _until(node: Node, want: dict[str, int], timeout: float = 10) -> dict[str, int]:
+    """``pendingCalls`` once it is ``want`` (it changes as the client's own tasks run), else the last one seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got: dict[str, int] = node.run("pending")
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def _ids(host: HostProcess, sid: str) -> list[str]:
+    async def read() -> list[str]:
+        async with connect(host.url, host.token, client_id="ts-outsider-reader") as c:
+            page = await c.session.get(session_id=sid, full=True)
+            return [m["id"] for m in page["messages"]]
+
+    return anyio.run(read)
+
+
+def test_an_aborted_call_ends_at_once_and_leaves_the_client_working(harness: Path, data_dir: Path) -> None:
+    """clients/typescript/README.md: "Aborting ends the call's wait (for a connection, for its answer, between
+    retries) at once: it rejects with the signal's `reason` (an `AbortError` by default), is not sent again, and an
+    answer that comes later is dropped. A mutating call that was already sent may have taken effect: send it again
+    with the same `submissionId` to know", and "sending it again with the same `submissionId` gets the receipt's
+    answer instead of applying it twice".
+
+    The client had no way to end a call: ``call`` took no signal, and a request in flight ended only with its
+    connection ("only a connection, never a timer, ends a request in flight"), so a call to a stalled host
+    waited as long as the host did."""
+    port = free_port()
+    host = start_host_process(data_dir, "--port", str(port))
+    node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS})
+    stopped = False
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        sid = node.run("create", title="TS abort")
+        # 1. waiting for its answer: the host is stopped, the request sent
+        os.kill(host.proc.pid, signal.SIGSTOP)
+        stopped = True
+        answer = _abortable(node, "answer", "session.appendMessage", sessionId=sid, message=_message("m1"),
+                            submissionId="ts-abort-1")
+        assert _until(node, {"waiting": 0, "inFlight": 1}) == {"waiting": 0, "inFlight": 1}
+        node.run("abort", tag="answer")
+        done = answer(5)  # the host is still stopped: the abort alone ended it
+        assert done.get("name") == "AbortError" and done["connectionLost"] is False, done
+        assert _until(node, {"waiting": 0, "inFlight": 0}) == {"waiting": 0, "inFlight": 0}
+        os.kill(host.proc.pid, signal.SIGCONT)
+        stopped = False
+        appended = node.run("append", sessionId=sid, id="m2", text="after the abort")
+        assert isinstance(appended, int)
+        # it had been sent: the same key answers once (from the receipt, or by applying it now), never twice
+        again = _abortable(node, "again", "session.appendMessage", sessionId=sid, message=_message("m1"),
+                           submissionId="ts-abort-1")(20)
+        assert again.get("value", {}).get("message", {}).get("id") == "m1", again
+        assert sorted(_ids(host, sid)) == ["m1", "m2"]
+        assert not any(x.get("kind") == "done" and x.get("tag") == "answer" and x is not done for x in node.lines)
+
+        # 2. waiting for a connection: the host is down
+        assert host.terminate() == 0
+        node.expect(_state("waiting"))
+        waiting = _abortable(node, "waiting", "session.get", sessionId=sid)
+        assert _until(node, {"waiting": 1, "inFlight": 0}) == {"waiting": 1, "inFlight": 0}
+        node.run("abort", tag="waiting")
+        done = waiting(5)
+        assert done.get("name") == "AbortError" and done["elapsedMs"] < 5000, done  # not reconnectTimeoutMs
+        assert _until(node, {"waiting": 0, "inFlight": 0}) == {"waiting": 0, "inFlight": 0}
+        # 3. a write aborted while it waits for a connection is not sent once the host is back
+        node.run("startAbortable", tag="late", method="session.rename",
+                 params={"sessionId": sid, "title": "never sent"})
+        node.run("abort", tag="late")
+        host = start_host_process(data_dir, "--port", str(port))
+        node.expect(_state("reconnected"), timeout=30)
+        late = node.seen(lambda x: x.get("kind") == "done" and x.get("tag") == "late", 5)
+        assert late.get("name") == "AbortError", late
+        got = _abortable(node, "after", "session.get", sessionId=sid)(20)
+        assert got.get("value", {}).get("session", {}).get("title") == "TS abort", got  # the rename never ran
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0  # no timer or listener left behind
+    finally:
+        if stopped:
+            os.kill(host.proc.pid, signal.SIGCONT)
+        node.stop()
+        host.terminate()
+        host.proc.communicate()
