@@ -4,7 +4,8 @@ package, through the harness of test_typescript_reconnect.py).
 What that module leaves open and this one checks: a caller ending a call it no longer wants (a UI leaving a
 page, an agent's step cancelled), with an ``AbortSignal``, while the call waits for its answer (the host is
 stopped with SIGSTOP) and while it waits for a connection (the host is down); nothing is left waiting, the call
-is not sent again, later calls work, and a keyed write that was already sent takes effect once.
+is not sent again, later calls work, and a keyed write that was already sent takes effect once. And an app
+whose callbacks throw (``onEvent``, ``onState``, ``onResync``): the client goes on.
 """
 
 from __future__ import annotations
@@ -114,6 +115,50 @@ def test_an_aborted_call_ends_at_once_and_leaves_the_client_working(harness: Pat
     finally:
         if stopped:
             os.kill(host.proc.pid, signal.SIGCONT)
+        node.stop()
+        host.terminate()
+        host.proc.communicate()
+
+
+def _event(message_id: str) -> Callable[[Line], bool]:
+    return lambda x: x.get("kind") == "event" and x.get("messageId") == message_id
+
+
+def test_callbacks_that_throw_end_neither_the_connection_nor_the_client(harness: Path, data_dir: Path) -> None:
+    """clients/typescript/src/client.ts, ``onCallbackError``: "Such an exception never ends the connection or the
+    client: the next events and answers are delivered as usual". An app's ``onEvent``, ``onState`` and
+    ``onResync`` that throw (a rendering bug) while events flow, and across a host restart: every answer and
+    every event still arrives, each exception is reported, the client reconnects and resyncs.
+
+    The exception went up into the socket's message handler: under Node it ended the process (an uncaught
+    exception), and with a global handler keeping it alive the socket read nothing more (the next call never
+    got its answer)."""
+    port = free_port()
+    host = start_host_process(data_dir, "--port", str(port))
+    node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS},
+                throwInCallbacks=True)
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        sid = node.run("create", title="TS throwing callbacks")
+        node.run("subscribe", sessionId=sid)
+        for i in range(3):
+            node.run("append", sessionId=sid, id=f"a{i}", text="x")
+        for i in range(3):
+            node.seen(_event(f"a{i}"))
+        reported = [x for x in node.lines if x.get("kind") == "callbackError"]
+        assert {x["callback"] for x in reported} >= {"onEvent", "onState"}, reported
+        host.kill9()
+        host.proc.communicate()
+        host = start_host_process(data_dir, "--port", str(port))
+        node.expect(_state("reconnected"), timeout=30)
+        node.run("append", sessionId=sid, id="a3", text="after the restart")
+        node.seen(_event("a3"))
+        assert any(x.get("kind") == "resync" for x in node.lines)
+        assert any(x.get("kind") == "callbackError" and x["callback"] == "onResync" for x in node.lines)
+        assert [x["messageId"] for x in node.lines if x.get("kind") == "event"] == ["a0", "a1", "a2", "a3"]
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0
+    finally:
         node.stop()
         host.terminate()
         host.proc.communicate()

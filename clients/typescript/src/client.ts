@@ -131,6 +131,9 @@ export interface Backoff {
   jitter?: number;
 }
 
+/** The app's callbacks among the {@link ConnectOptions}. */
+export type CallbackName = "onEvent" | "onResync" | "onState" | "onClose";
+
 export interface ConnectOptions {
   url: string;
   /** The contents of host.token with the trailing newline stripped (64 hex characters). */
@@ -146,6 +149,9 @@ export interface ConnectOptions {
   onState?: (state: ConnectionState) => void;
   /** Called once, when the client stops for good (`close()`, a refusal, or reconnect disabled). */
   onClose?: (code: number, reason: string) => void;
+  /** Called with what `onEvent`, `onResync`, `onState` or `onClose` threw (default: `console.error`). Such an
+   * exception never ends the connection or the client: the next events and answers are delivered as usual. */
+  onCallbackError?: (error: unknown, callback: CallbackName) => void;
   /** A WebSocket constructor (defaults to the global one; Node 20 has none: pass the `ws` package's). */
   WebSocketImpl?: WebSocketConstructor;
   /** Reconnect after a lost connection (default true). */
@@ -507,7 +513,8 @@ export class HostClient {
           // the host refuses this one subscription now (e.g. LIMIT_EXCEEDED): drop it, keep the connection
           this.subscriptions.delete(sub);
           sub.closed = true;
-          this.options.onResync?.(sub, `the host refused to resubscribe: ${err.message}`);
+          const reason = `the host refused to resubscribe: ${err.message}`;
+          this.notify("onResync", () => this.options.onResync?.(sub, reason));
         }
       }
       if (this.closing) throw new ConnectionLost("the client is closed");
@@ -559,7 +566,7 @@ export class HostClient {
       resumeAt = sub.cursor;
     } else if (sub.bootId !== null) {
       sub.cursor = null;
-      this.options.onResync?.(sub, "the host restarted");
+      this.notify("onResync", () => this.options.onResync?.(sub, "the host restarted"));
     }
     let result: SubscribeResult;
     try {
@@ -568,7 +575,7 @@ export class HostClient {
       if (!(err instanceof RpcError && err.dataCode === "CURSOR_EXPIRED")) throw err;
       sub.cursor = null;
       resumeAt = null;
-      this.options.onResync?.(sub, "the host no longer holds the missed events");
+      this.notify("onResync", () => this.options.onResync?.(sub, "the host no longer holds the missed events"));
       delete params.cursor;
       result = await conn.request<SubscribeResult>("events.subscribe", params);
     }
@@ -588,11 +595,26 @@ export class HostClient {
       if (sub.cursor !== null && event.cursor <= sub.cursor) return; // already delivered before a reconnect
       sub.cursor = event.cursor;
     }
-    this.options.onEvent?.(event, sub);
+    this.notify("onEvent", () => this.options.onEvent?.(event, sub));
   }
 
   private tell(state: ConnectionState): void {
-    this.options.onState?.(state);
+    this.notify("onState", () => this.options.onState?.(state));
+  }
+
+  /** Run one of the app's callbacks: what it throws goes to `onCallbackError` (else `console.error`) and never
+   * reaches the socket's handler (where it would stop the connection's reading, or end a Node process). */
+  private notify(name: CallbackName, callback: () => void): void {
+    try {
+      callback();
+    } catch (err) {
+      try {
+        if (this.options.onCallbackError) this.options.onCallbackError(err, name);
+        else console.error(`pi-host client: ${name} threw`, err);
+      } catch {
+        // the error reporter itself failed: nothing is left to tell
+      }
+    }
   }
 
   /** Stop for good: no more attempts, every waiting call fails with `error`. */
@@ -608,7 +630,7 @@ export class HostClient {
     this.conn = null;
     conn?.close(1000, "bye");
     this.tell({ state: "closed", error, message: error === null ? "closed" : `stopped: ${error.message}` });
-    this.options.onClose?.(1000, error === null ? "closed" : error.message);
+    this.notify("onClose", () => this.options.onClose?.(1000, error === null ? "closed" : error.message));
   }
 
   /** The live connection, waiting for the retry chain to make one: at most `patienceMs` (default

@@ -70,6 +70,24 @@ async function main(): Promise<void> {
     onResync: (_sub: Subscription, reason: string) => out({ kind: "resync", reason }),
     ...(extra === undefined ? {} : (JSON.parse(extra) as Partial<ConnectOptions>)),
   };
+  if ((options as { throwInCallbacks?: boolean }).throwInCallbacks === true) {
+    // an app whose callbacks throw after doing their work: the client must go on (and report what was thrown)
+    const { onEvent, onState, onResync } = options;
+    options.onEvent = (ev, sub) => {
+      onEvent?.(ev, sub);
+      throw new Error(`app bug in onEvent at cursor ${ev.cursor}`);
+    };
+    options.onState = (s) => {
+      onState?.(s);
+      throw new Error(`app bug in onState (${s.state})`);
+    };
+    options.onResync = (sub, reason) => {
+      onResync?.(sub, reason);
+      throw new Error("app bug in onResync");
+    };
+    options.onCallbackError = (err, callback) =>
+      out({ kind: "callbackError", callback, message: err instanceof Error ? err.message : String(err) });
+  }
   const started = Date.now();
   let client: HostClient;
   try {
