@@ -324,10 +324,11 @@ def test_a_call_cancelled_by_its_caller_leaves_the_client_working(host: Host, ba
 # -- no host, a garbage answer, a silent WebSocket -------------------------------------------------------------
 class FakeServer:
     """A TCP server on loopback that answers every connection with ``reply`` (bytes, or None: accept the
-    WebSocket upgrade, then say nothing) and keeps the socket open until it is closed."""
+    WebSocket upgrade, send ``after_upgrade``, then say nothing) and keeps the socket open until it is closed."""
 
-    def __init__(self, reply: bytes | None) -> None:
+    def __init__(self, reply: bytes | None, after_upgrade: bytes = b"") -> None:
         self.reply = reply
+        self.after_upgrade = after_upgrade
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -354,7 +355,7 @@ class FakeServer:
                 import hashlib
                 accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
                 conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                             b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+                             b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + self.after_upgrade)
             except OSError:
                 pass
 
@@ -398,22 +399,39 @@ def test_a_url_nobody_listens_on_fails_at_once_unless_asked_to_wait(backend: str
     assert "refused" in str(waited).lower() and said and "refused" in said[0].lower(), (str(waited), said)
 
 
+OVERSIZED = 65 << 20
+"""A text frame past the client's 64 MiB message limit."""
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("reply", [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
-                                   b"SSH-2.0-OpenSSH_9.2\r\n", None], ids=["http", "garbage", "silent-websocket"])
-def test_a_server_that_is_not_a_host_is_a_typed_error_within_the_connect_timeout(backend: str, reply: bytes | None
-                                                                                 ) -> None:
+@pytest.mark.parametrize(("reply", "after_upgrade"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ""),
+    (b"SSH-2.0-OpenSSH_9.2\r\n", ""),
+    (None, ""),
+    (None, "garbage-frames"),
+    (None, "oversized-frame"),
+], ids=["http", "garbage", "silent-websocket", "garbage-frames", "oversized-frame"])
+def test_a_server_that_is_not_a_host_is_a_typed_error_within_the_connect_timeout(
+        backend: str, reply: bytes | None, after_upgrade: str) -> None:
     """client.py, ``connect``: it "Fails [...] with a :class:`ConnectionLost` subclass (never an exception group)";
     the failure to connect is bounded by ``connect_timeout``. A port that answers plain HTTP, one that answers
     something else, and a WebSocket that never answers ``host.hello`` each end in a ConnectionLost naming why,
-    within the timeout, never a hang or a raw exception."""
-    server = FakeServer(reply)
+    within the timeout, never a hang or a raw exception; so do frames that are not answers, and a frame past the
+    client's message limit (64 MiB, ``_ws.connect_websocket``: read no further than that)."""
+    frames = {
+        "": b"",
+        "garbage-frames": b"\x81\x04[1,2" + b"\x81\x03{}}" + b"\x81\x02{}",  # text frames that are no answer
+        "oversized-frame": b"\x81\x7f" + OVERSIZED.to_bytes(8, "big") + b"a" * OVERSIZED,
+    }[after_upgrade]
+    server = FakeServer(reply, frames)
     try:
         exc, took = _connect_raises(backend, f"ws://127.0.0.1:{server.port}/", connect_timeout=2)
     finally:
         server.close()
     assert isinstance(exc, ConnectionLost), repr(exc)
     assert "could not connect within 2" in str(exc) and took < 10, (str(exc), took)
+    if after_upgrade == "oversized-frame":  # closed at the limit (1009), not read on to the end
+        assert "code=1009" in str(exc), str(exc)
 
 
 # -- large sessions and error codes ----------------------------------------------------------------------------
