@@ -21,7 +21,18 @@ import anyio
 
 from pihost_client import connect
 from tests.clients.relay import free_port
-from tests.clients.test_typescript_reconnect import CAP_MS, INITIAL_MS, Line, Node, _message, _state, data_dir, harness
+from tests.clients.test_typescript_reconnect import (
+    CAP_MS,
+    INITIAL_MS,
+    Line,
+    Node,
+    _call,
+    _message,
+    _started,
+    _state,
+    data_dir,
+    harness,
+)
 from tests.hostkit import HostProcess, start_host_process
 
 __all__ = ["data_dir", "harness"]  # the fixtures this module uses from the reconnect tests
@@ -156,6 +167,44 @@ def test_callbacks_that_throw_end_neither_the_connection_nor_the_client(harness:
         assert any(x.get("kind") == "resync" for x in node.lines)
         assert any(x.get("kind") == "callbackError" and x["callback"] == "onResync" for x in node.lines)
         assert [x["messageId"] for x in node.lines if x.get("kind") == "event"] == ["a0", "a1", "a2", "a3"]
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0
+    finally:
+        node.stop()
+        host.terminate()
+        host.proc.communicate()
+
+
+def test_a_keyed_write_killed_before_it_was_written_is_applied_once_with_its_first_answer(harness: Path,
+                                                                                         data_dir: Path) -> None:
+    """clients/typescript/README.md: "A mutating call carries a `submissionId`, so a call whose connection dropped
+    before the answer is sent again with it after the reconnect and answered from the host's receipt (once: it
+    resolves with the original answer [...])"; protocol/README.md section 4: "The same key used for a different
+    request [...] fails with `IDEMPOTENCY_CONFLICT` and changes nothing", and section 3: "Clients should branch
+    on [`error.data.code`]". The host is SIGKILLed before the append's line is written (test_typescript_reconnect
+    kills it after): the resend on the restarted host applies it, once, no silent loss; the same key with other
+    params is an ``RpcError`` whose ``dataCode`` says so."""
+    port = free_port()
+    host = start_host_process(data_dir, "--port", str(port))
+    node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS})
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        sid = node.run("create", title="TS before the write")
+        assert host.terminate() == 0
+        host = start_host_process(data_dir, "--port", str(port), env={"RT_CRASHPOINT": "append.before_write:1:kill"})
+        node.expect(_state("reconnected"), timeout=30)
+        m1 = _started(node, "m1", "session.appendMessage", sessionId=sid, message=_message("m1"),
+                      submissionId="ts-before-m1")
+        assert host.reap(30) == -9
+        host = start_host_process(data_dir, "--port", str(port))
+        first = m1(30)
+        assert "error" not in first, first
+        assert first["value"]["message"]["id"] == "m1" and first["value"]["replayed"] is False, first
+        again = _call(node, "session.appendMessage", sessionId=sid, message=_message("m1"), submissionId="ts-before-m1")
+        assert again.get("value") == first["value"], again
+        other = _call(node, "session.appendMessage", sessionId=sid, message=_message("m2"), submissionId="ts-before-m1")
+        assert other.get("name") == "RpcError" and "IDEMPOTENCY_CONFLICT" in other["error"], other
+        assert _ids(host, sid) == ["m1"]
         node.run("close")
         assert node.proc.wait(timeout=10) == 0
     finally:
