@@ -28,6 +28,13 @@ class SessionRegistry:
         An invalid id starts none (``INVALID_ID``)."""
         return await self._sup.get_or_start(session_id, self._factory(session_id))
 
+    def current(self, session_id: str) -> ActorRef | None:
+        """The session's actor if it is running now (not starting, stopping or between incarnations):
+        a ``post_nowait`` to it enters its mailbox (or finds it full); ``None`` otherwise."""
+        ref = self._sup.ref(session_id)
+        actor = ref.current()
+        return ref if actor is not None and actor.state == "running" else None
+
     def running(self, session_id: str) -> bool:
         """Whether the session has a live actor now."""
         return self._sup.ref(session_id).current() is not None

@@ -16,6 +16,11 @@ commit is not split). A target of ``None`` (the read pool, a host task) orders
 nothing: everything pending before it must have taken effect. Reads never hold
 up later requests; reads after reads run concurrently.
 
+A submitter may also hand a request on itself, at once, when nothing would make
+it wait (:meth:`Ordering.may_hand_on`, then :meth:`Ordering.turn` and
+:meth:`Ordering.handed_on`): the same bookkeeping as the dispatching task's,
+without that task (``Pipeline._to_actor_now``).
+
 So: a read sees every write its connection sent before it, and two writes of
 one connection apply in frame order, whatever their targets. A request waiting
 here holds up the requests behind it (they must come after it), never the
@@ -146,11 +151,7 @@ class Ordering:
                 except Exception:
                     # A step answers its own request; one that raised anyway must not stop the rest.
                     log.exception("ordering: a request's step raised")
-                if turn.mutating and not turn.settled:
-                    turn._pending = True
-                    self._pending += 1
-                    if turn.target is not None:
-                        self._at[turn.target] += 1
+                self._handed_on(turn)
         except BaseException:
             while self._queue:
                 _, _, drop = self._queue.popleft()
@@ -159,6 +160,31 @@ class Ordering:
         finally:
             self._running = False
         self._maybe_idle()
+
+    def may_hand_on(self, target: Target) -> bool:
+        """Whether a request for ``target`` added now would be dispatched at once without waiting:
+        nothing is queued or dispatching before it, and :meth:`Turn.ready` would not wait."""
+        return not self._queue and not self._running and not self._abandoned and not self._blocked(target)
+
+    def turn(self, mutating: bool, tag: Any = None) -> Turn:
+        """A turn for a request its submitter hands to ``target`` itself, now (when :meth:`may_hand_on`
+        said so, with no await in between), instead of :meth:`add`: no dispatching task; then
+        :meth:`handed_on`."""
+        return Turn(self, mutating, tag)
+
+    def handed_on(self, turn: Turn, target: Target) -> None:
+        """``turn``'s request is in ``target``'s mailbox (see :meth:`turn`): what :meth:`add`'s
+        dispatching task records after a step."""
+        turn.target = target
+        self._handed_on(turn)
+        self._maybe_idle()
+
+    def _handed_on(self, turn: Turn) -> None:
+        if turn.mutating and not turn.settled:
+            turn._pending = True
+            self._pending += 1
+            if turn.target is not None:
+                self._at[turn.target] += 1
 
     def abandon(self) -> None:
         """The connection is gone: drop every request not dispatched yet (one waiting for its

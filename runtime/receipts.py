@@ -106,6 +106,16 @@ class ReceiptBook:
                 return Replayed(entry.response)
             await entry.finished.wait()
 
+    def claim_nowait(self, key: ReceiptKey) -> Claim | None:
+        """Claim ``key`` if nobody holds it and no answer of it is remembered; ``None`` otherwise
+        (then :meth:`claim` says what to do: wait, replay or refuse)."""
+        ident = (key.client_id, key.submission_id)
+        if ident in self._entries:
+            return None
+        entry = _Entry(key)
+        self._entries[ident] = entry
+        return Claim(self, entry)
+
     def retire_through(self, seq: int) -> None:
         """Every pinned answer whose receipt row the index now holds (``seq`` covered) may go."""
         if not self._pinned:
