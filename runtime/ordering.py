@@ -32,7 +32,7 @@ single trio thread.
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
@@ -70,6 +70,8 @@ class Turn:
         ``target`` from now on (call it again to name another)."""
         order = self._order
         while order._blocked(target) and not order._abandoned:
+            if order._changed is None:  # the first to wait since the last change: built only then
+                order._changed = trio.Event()
             await order._changed.wait()
         if order._abandoned:
             raise Abandoned("the connection closed before the request was run")
@@ -106,10 +108,12 @@ class Ordering:
         self._queue: deque[tuple[Turn, Step, Callable[[], None]]] = deque()
         self._running = False
         self._pending = 0  # mutations dispatched and not yet answered
-        self._at: Counter[Hashable] = Counter()  # of them, how many per ordered target
-        self._changed = trio.Event()
+        self._at: dict[Hashable, int] = {}  # of them, how many per ordered target
+        # Events are built only when a task waits (an order is built for each request of a connection
+        # that had gone idle: the usual case of a client awaiting each answer)
+        self._changed: trio.Event | None = None
         self._abandoned = False
-        self._went_idle = trio.Event()
+        self._went_idle: trio.Event | None = None
 
     @property
     def idle(self) -> bool:
@@ -119,6 +123,8 @@ class Ordering:
         """Until nothing is queued, dispatching or waiting for its answer (every mutation this
         connection handed on has taken effect, or failed)."""
         while not self.idle:
+            if self._went_idle is None:
+                self._went_idle = trio.Event()
             await self._went_idle.wait()
 
     def statistics(self) -> dict[str, int]:
@@ -184,7 +190,7 @@ class Ordering:
             turn._pending = True
             self._pending += 1
             if turn.target is not None:
-                self._at[turn.target] += 1
+                self._at[turn.target] = self._at.get(turn.target, 0) + 1
 
     def abandon(self) -> None:
         """The connection is gone: drop every request not dispatched yet (one waiting for its
@@ -193,14 +199,13 @@ class Ordering:
         while self._queue:
             _, _, drop = self._queue.popleft()
             drop()
-        self._changed.set()
-        self._changed = trio.Event()
+        self._wake_changed()
         self._maybe_idle()
 
     def _blocked(self, target: Target) -> bool:
         ahead = self._pending
         if target is not None:
-            ahead -= self._at[target]
+            ahead -= self._at.get(target, 0)
         return ahead > 0
 
     def _settled(self, turn: Turn) -> None:
@@ -214,14 +219,19 @@ class Ordering:
                 self._at[turn.target] = left
             else:
                 del self._at[turn.target]
-        self._changed.set()
-        self._changed = trio.Event()
+        self._wake_changed()
         self._maybe_idle()
+
+    def _wake_changed(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def _maybe_idle(self) -> None:
         if not self.idle:
             return
-        self._went_idle.set()
-        self._went_idle = trio.Event()
+        if self._went_idle is not None:
+            self._went_idle.set()
+            self._went_idle = None
         if self._on_idle is not None:
             self._on_idle()

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import outcome
+import pytest
 import trio
 import trio.testing
 
 from actors.gateway_types import PROTOCOL_VERSION, CallContext
+from runtime.ordering import Ordering
+from tests.eventkit import count_events
 from tests.hostkit import inprocess_host, msg
 
 
@@ -89,3 +92,34 @@ async def test_a_duplicate_of_a_request_in_flight_is_dispatched_by_the_order_and
             assert len(answers) == 2 and answers[0] == answers[1]
             window = await host.pipeline.call("session.get", {"sessionId": "s1"}, first)
             assert [m["id"] for m in window["messages"]] == ["m1"]  # one effect
+
+
+async def test_an_order_builds_an_event_only_when_a_request_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An order is built for each request of a connection that went idle (a client awaiting each answer):
+    it builds no ``trio.Event`` then; one is built when a request must wait for an earlier mutation."""
+    events = count_events(monkeypatch)
+    idle: list[int] = []
+    target = ("session", "s1")
+    for n in range(5):
+        order = Ordering(lambda fn: None, on_idle=lambda n=n: idle.append(n))
+        assert order.may_hand_on(target)
+        turn = order.turn(True, target)
+        order.handed_on(turn, target)
+        turn.settle()
+    assert events.built == 0 and idle == [0, 1, 2, 3, 4]
+    order = Ordering(lambda fn: None)
+    first = order.turn(True, target)
+    order.handed_on(first, target)
+    later = order.turn(False)
+    ran: list[str] = []
+
+    async def read() -> None:
+        await later.ready(None)  # a read elsewhere waits for the write before it
+        ran.append("read")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        assert ran == [] and events.built == 1
+        first.settle()
+    assert ran == ["read"]
