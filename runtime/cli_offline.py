@@ -140,7 +140,7 @@ def read_offline(data_dir: DataDir, command: str, args: argparse.Namespace) -> d
                 if command == "sessions":
                     return _sessions(conn, data_dir, args)
                 if command == "search":
-                    return search_sessions(conn, args.query, limit=args.limit)
+                    return search_sessions(conn, args.query, limit=args.limit, transcript=data_dir.transcript_path)
                 return _show(conn, data_dir, args)
         finally:
             conn.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
@@ -127,6 +128,8 @@ class ReadContext:
     conn: sqlite3.Connection
     now: int
     caller: CallContext
+    transcript: Callable[[str], Path] | None = None
+    """A session's transcript path (search checks a few rows against their lines: ``store/search/stand_in.py``)."""
 
 
 class HostContext:

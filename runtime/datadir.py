@@ -188,6 +188,10 @@ class DataDir:
     def review_changes(self, session_id: str) -> Path:
         return self.session_paths(session_id).review_changes
 
+    def transcript_path(self, session_id: str) -> Path:
+        """The transcript of one session (a read-pool thread may ask: builds nothing shared)."""
+        return self.session_paths(session_id).transcript
+
     def session_paths(self, session_id: str) -> SessionPaths:
         """Every path of one session, each joined when first asked for (see ``SessionPaths``)."""
         return SessionPaths(validate_session_id(session_id), self.sessions_dir, self.scratch_root,

@@ -649,7 +649,9 @@ class Pipeline:
             if route.barrier:
                 await services.index_barrier()
             now = services.now_ms()
-            return await services.reads.run(lambda conn: route.handler(ReadContext(conn, now, caller), params))
+            transcript = services.data_dir.transcript_path
+            return await services.reads.run(
+                lambda conn: route.handler(ReadContext(conn, now, caller, transcript), params))
 
         await _answer_with(answer, work)
 

@@ -17,9 +17,10 @@ __all__ = ["query", "sessions"]
 
 
 def sessions(ctx: ReadContext, p: m.SearchSessionsParams) -> Any:
-    return search_sessions(ctx.conn, p.query, limit=p.limit, cursor=p.cursor, scope=p.scope)
+    return search_sessions(ctx.conn, p.query, limit=p.limit, cursor=p.cursor, scope=p.scope,
+                           transcript=ctx.transcript)
 
 
 def query(ctx: ReadContext, p: m.SearchQueryParams) -> Any:
     return search_messages(ctx.conn, p.query, session_id=p.session_id, limit=p.limit, cursor=p.cursor,
-                           scope=p.scope)
+                           scope=p.scope, transcript=ctx.transcript)

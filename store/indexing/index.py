@@ -32,14 +32,20 @@ _TOOL_OUTPUT_MAX_DEPTH = 8
 
 
 def tool_output_text(record: Mapping[str, Any]) -> str | None:
-    """The searchable output of a tool row (schema v28 ``tool_output``), or None.
+    """The searchable output of a tool row (schema v28 ``tool_output``), or None: :func:`tool_output_raw`
+    with a NUL stored as U+FFFD (:func:`store.transcripts.records.searchable`, which keeps the length)."""
+    raw = tool_output_raw(record)
+    return None if raw is None else searchable(raw)
+
+
+def tool_output_raw(record: Mapping[str, Any]) -> str | None:
+    """The output of a tool row as the record holds it (a NUL kept), or None.
 
     Every string of its blocks' results, in order: a ``tool_call`` block's
     ``result`` (a string, or the strings inside a list/object of content
     parts, e.g. ``[{"type": "text", "text": ...}]``) and ``error``, a
     ``tool_result`` block's ``content``, text blocks; then ``meta.error``.
-    Arguments are not output. Cut at ``TOOL_OUTPUT_MAX_CHARS``; a NUL stored as U+FFFD
-    (:func:`store.transcripts.records.searchable`).
+    Arguments are not output. Cut at ``TOOL_OUTPUT_MAX_CHARS``.
     """
     if record.get("role") != "tool":
         return None
@@ -79,7 +85,7 @@ def tool_output_text(record: Mapping[str, Any]) -> str | None:
         take(meta.get("error"))
     if not parts:
         return None
-    return searchable("\n".join(parts)[:TOOL_OUTPUT_MAX_CHARS])
+    return "\n".join(parts)[:TOOL_OUTPUT_MAX_CHARS]
 
 
 def set_tool_output(conn: sqlite3.Connection, message_id: str, record: Mapping[str, Any]) -> None:

@@ -41,7 +41,11 @@ How SQL finds the matches (every path returns exactly the predicate's set):
 * Queries whose case mapping is non-ASCII (``ÄPFEL``, ``ΣΟΦΙΑ``), or that hold
   U+FFFD..U+FFFF (SQLite reads all three as U+FFFD): the Python predicate
   (registered with ``create_function``) over ``messages.text``, because the
-  trigram tokenizer's own case folding differs from ours.
+  trigram tokenizer's own case folding differs from ours. A query holding
+  U+FFFD itself: the index stores a NUL as U+FFFD, so a row whose stored text
+  matches and holds U+FFFD is checked against its transcript line
+  (:mod:`store.search.stand_in`, the ``transcript`` argument), in the same SQL
+  predicate (counts, pages, cursors) and for its snippet.
 * ``search.query`` over every session with either of those two: the newest rows
   are walked first through ``idx_messages_created`` and the scan runs only for
   what they leave of a page (``_newest_first``), so a short query that
@@ -94,6 +98,9 @@ from store.search.search_text import (
     plan_query,
     snippet,
 )
+from store.search.stand_in import KIND_TEXT, KIND_TOOL, LINE_FN, LineTexts, TranscriptPath, needs_lines
+from store.transcripts.records import NUL_STAND_IN as NUL_IN_INDEX
+from store.transcripts.records import searchable
 from store.upgrade.schema import MID_SEQ_BITS
 
 __all__ = [
@@ -151,6 +158,9 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
 
 def _match_sql(column: str, plan: QueryPlan) -> str:
     """A SQL boolean that is true exactly when ``column`` matches the query."""
+    if column in _LINE_COLUMNS and needs_lines(plan.folded):
+        # a query holding U+FFFD: rows whose stored U+FFFD may be a NUL are checked against their line
+        return f"{LINE_FN}({column}, :fq, m.session_id, m.id, m.line_offset, m.line_len, {_LINE_COLUMNS[column]})"
     if not plan.plain:
         return f"{_FOLD_FN}({column}, :fq)"
     if not plan.needs_lower:
@@ -165,6 +175,10 @@ def _match_sql(column: str, plan: QueryPlan) -> str:
     return expr
 
 
+# Derived texts that hold a NUL as U+FFFD (store/search/stand_in.py), by the SQL column (alias m: messages).
+_LINE_COLUMNS = {"m.text": KIND_TEXT, "t.text": KIND_TOOL}
+
+
 def _params(plan: QueryPlan) -> dict[str, Any]:
     like = plan.folded.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     params: dict[str, Any] = {"fq": plan.folded, "fts": plan.fts, "like": f"%{like}%"}
@@ -174,17 +188,23 @@ def _params(plan: QueryPlan) -> dict[str, Any]:
 
 
 @contextmanager
-def _read_snapshot(conn: sqlite3.Connection) -> Iterator[None]:
-    """Register the predicate and run the block in one read transaction."""
+def _read_snapshot(conn: sqlite3.Connection, transcript: TranscriptPath | None = None) -> Iterator[LineTexts]:
+    """Register the predicates and run the block in one read transaction (yields the line check of a
+    query holding U+FFFD, :mod:`store.search.stand_in`)."""
     conn.create_function(_FOLD_FN, 2, fold_contains, deterministic=True)
-    if conn.in_transaction:
-        yield
-        return
-    conn.execute("BEGIN")
+    lines = LineTexts(transcript)
+    lines.register(conn)
     try:
-        yield
+        if conn.in_transaction:
+            yield lines
+            return
+        conn.execute("BEGIN")
+        try:
+            yield lines
+        finally:
+            conn.execute("ROLLBACK")  # read-only work: nothing to keep
     finally:
-        conn.execute("ROLLBACK")  # read-only work: nothing to keep
+        lines.close()
 
 
 def search_sessions(
@@ -195,8 +215,13 @@ def search_sessions(
     cursor: str | None = None,
     snippets_per_session: int = 3,
     scope: str = "messages",
+    transcript: TranscriptPath | None = None,
 ) -> dict[str, Any]:
     """``search.sessions``: sessions whose messages, title or project match.
+
+    ``transcript(session_id)``: the session's transcript path, where a query holding U+FFFD checks the
+    rows whose stored U+FFFD may stand for a NUL (:mod:`store.search.stand_in`; None: the stored text
+    decides).
 
     ``scope="tools"`` counts and shows tool rows whose output matches instead
     of user/assistant messages (``tool_output``, see :func:`search_tool_hits`).
@@ -217,7 +242,7 @@ def search_sessions(
     fingerprint = query_fingerprint("sessions", plan.folded, *_scope_part(scope))
     after = decode_cursor(cursor, "sessions", fingerprint, (int, str)) if cursor is not None else None
     params = _params(plan)
-    with _read_snapshot(conn):
+    with _read_snapshot(conn, transcript) as lines:
         flagged = _flagged(conn, plan, params)
         if scope == "tools":
             hits = search_tool_hits(conn, plan)
@@ -226,7 +251,7 @@ def search_sessions(
             found = _trigram_matches(conn, plan, index_positions(conn))
         else:
             found = _scan_matches(conn, plan, params)
-        return _sessions_reply(conn, found, flagged, after, fingerprint, limit, snippets_per_session)
+        return _sessions_reply(conn, found, flagged, after, fingerprint, limit, snippets_per_session, lines)
 
 
 def _check_scope(scope: object) -> None:
@@ -296,11 +321,12 @@ def _sessions_reply(
     fingerprint: str,
     limit: int,
     snippets_per_session: int,
+    lines: LineTexts,
 ) -> dict[str, Any]:
     """The ``search.sessions`` reply for these matches (inside the caller's read snapshot)."""
     matched, page, remaining_more = _matched_page(conn, found.counts, flagged, after, limit)
     labels = _titles_and_paths(conn, [h.session_id for h in page])
-    snippets = found.snippets(conn, page, snippets_per_session)
+    snippets = found.snippets(conn, page, snippets_per_session, lines)
     results = [
         {
             "sessionId": h.session_id,
@@ -409,12 +435,13 @@ class _Found:
     text_table: str = "messages"
     """Where the snippets' text is (``tool_output`` for tool output search)."""
 
-    def snippets(self, conn: sqlite3.Connection, page: list[_SessionHit], n: int) -> dict[str, list[dict[str, Any]]]:
+    def snippets(self, conn: sqlite3.Connection, page: list[_SessionHit], n: int,
+                 lines: LineTexts) -> dict[str, list[dict[str, Any]]]:
         """The first ``n`` matching messages (by seq) of each page session."""
         if n <= 0:
             return {}
         if self.params is not None:
-            return _page_snippets(conn, page, self.plan, self.params, n)
+            return _page_snippets(conn, page, self.plan, self.params, n, lines)
         wanted: list[int] = []
         for h in page:
             if h.message_matches <= 0 or h.ordinal is None:
@@ -434,7 +461,7 @@ class _Found:
                 (self.plan.fts, lo, hi, n + skip),
             )
             wanted.extend([r[0] for r in rows if r[0] not in self.rejected][:n])
-        return _snippet_rows(conn, self.plan, wanted, self.text_table)
+        return _snippet_rows(conn, self.plan, wanted, lines, self.text_table)
 
 
 def _fts_expression(conn: sqlite3.Connection, plan: QueryPlan) -> str:
@@ -689,21 +716,22 @@ def _rejected_hazards(conn: sqlite3.Connection, plan: QueryPlan, suspects: list[
 
 
 def _snippet_rows(
-    conn: sqlite3.Connection, plan: QueryPlan, wanted: list[int], text_table: str = "messages"
+    conn: sqlite3.Connection, plan: QueryPlan, wanted: list[int], lines: LineTexts, text_table: str = "messages"
 ) -> dict[str, list[dict[str, Any]]]:
     """Snippets of the given mids, grouped by session, in mid (= seq) order."""
     out: dict[str, list[dict[str, Any]]] = {}
     source = "messages AS m" if text_table == "messages" else "messages AS m JOIN tool_output AS t ON t.mid = m.mid"
     column = "m.text" if text_table == "messages" else "t.text"
     for marks, chunk in in_chunks(wanted):
-        for sid, msg_id, role, seq, text in conn.execute(
-            f"SELECT m.session_id, m.id, m.role, m.seq, {column} FROM {source} WHERE m.mid IN ({marks}) "
+        for mid, sid, msg_id, role, seq, text in conn.execute(
+            f"SELECT m.mid, m.session_id, m.id, m.role, m.seq, {column} FROM {source} WHERE m.mid IN ({marks}) "
             "ORDER BY m.mid",
             chunk,
         ):
+            kind = KIND_TEXT if text_table == "messages" else KIND_TOOL
             out.setdefault(sid, []).append(
                 {"messageId": msg_id, "role": role, "seq": seq,
-                 "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
+                 "snippet": _snippet(conn, plan, lines, mid, text, kind)}
             )
     return out
 
@@ -714,6 +742,7 @@ def _page_snippets(
     plan: QueryPlan,
     params: dict[str, Any],
     n: int,
+    lines: LineTexts,
 ) -> dict[str, list[dict[str, Any]]]:
     """The first ``n`` matching messages (by seq) of each page session, for
     queries the trigram index cannot answer: each session scanned in seq order
@@ -724,17 +753,30 @@ def _page_snippets(
     for h in page:
         if h.message_matches <= 0:
             continue
-        for sid, msg_id, role, seq, text in conn.execute(
-            f"SELECT m.session_id, m.id, m.role, m.seq, m.text FROM messages AS m "
+        for mid, sid, msg_id, role, seq, text in conn.execute(
+            f"SELECT m.mid, m.session_id, m.id, m.role, m.seq, m.text FROM messages AS m "
             f"WHERE m.session_id = :sid AND {_LIVE_MESSAGE} AND {_match_sql('m.text', plan)} "
             "ORDER BY m.seq LIMIT :n",
             {**params, "sid": h.session_id, "n": n},
         ):
             out.setdefault(sid, []).append(
                 {"messageId": msg_id, "role": role, "seq": seq,
-                 "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH)}
+                 "snippet": _snippet(conn, plan, lines, mid, text, KIND_TEXT)}
             )
     return out
+
+
+def _snippet(conn: sqlite3.Connection, plan: QueryPlan, lines: LineTexts, mid: int, text: str, kind: int) -> str:
+    """The snippet of a matching row's stored ``text``. For a query holding U+FFFD, around the match in
+    the message's real text (a stored U+FFFD may be a NUL the query does not match), shown as stored
+    (the stand-in keeps every position; a line that cannot be verified: the stored text's first match)."""
+    if needs_lines(plan.folded) and text is not None and NUL_IN_INDEX in text:
+        row = conn.execute("SELECT session_id, id, line_offset, line_len FROM messages WHERE mid = ?",
+                           (mid,)).fetchone()
+        real = None if row is None else lines.real_text(text, row[0], row[1], row[2], row[3], kind)
+        if real is not None:
+            return searchable(snippet(real, plan.query, width=SNIPPET_WIDTH))
+    return snippet(text, plan.query, width=SNIPPET_WIDTH)
 
 
 def _dense(conn: sqlite3.Connection, plan: QueryPlan, fts: str, limit: int) -> bool:
@@ -765,8 +807,9 @@ def search_messages(
     limit: int = 50,
     cursor: str | None = None,
     scope: str = "messages",
+    transcript: TranscriptPath | None = None,
 ) -> dict[str, Any]:
-    """``search.query``: matching messages, newest first.
+    """``search.query``: matching messages, newest first (``transcript``: see :func:`search_sessions`).
 
     ``scope="tools"``: tool rows whose output matches, newest first, the
     snippet cut from the output (see :func:`search_tool_hits`).
@@ -795,7 +838,7 @@ def search_messages(
     after = decode_cursor(cursor, "messages", fingerprint, (int, int)) if cursor is not None else None
     params = {**_params(plan), "sid": session_id, "lim": limit + 1}
     if scope == "tools":
-        return _tool_messages(conn, plan, params, session_id, after, fingerprint, limit)
+        return _tool_messages(conn, plan, params, session_id, after, fingerprint, limit, transcript)
     positions = True
     if plan.fts_exact:
         # Trigram hits are searchable rows that match, except hazard rows.
@@ -817,7 +860,7 @@ def search_messages(
     if after is not None:
         where.append(_BEFORE_CURSOR)
         params["after_at"], params["after_mid"] = after
-    with _read_snapshot(conn):
+    with _read_snapshot(conn, transcript) as lines:
         if plan.fts_exact and len(plan.folded) > _COUNTS_MODE_MAX_CHARS and not index_positions(conn):
             # No positions: every trigram of the query, each candidate's text checked.
             positions = False
@@ -870,7 +913,7 @@ def search_messages(
                                       window=_RECENT_SESSION_ROWS)
         else:
             rows = conn.execute(f"{_PAGE_ROWS} {source} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
-    return _messages_reply(plan, rows, fingerprint, limit)
+        return _messages_reply(conn, plan, lines, rows, fingerprint, limit)
 
 
 _PAGE_ROWS = "SELECT m.mid, m.id, m.session_id, m.role, m.seq, m.text, m.created_at FROM"
@@ -931,6 +974,7 @@ def _tool_messages(
     after: tuple[Any, ...] | list[Any] | None,
     fingerprint: str,
     limit: int,
+    transcript: TranscriptPath | None,
 ) -> dict[str, Any]:
     """``search.query`` with ``scope="tools"``: tool rows whose output matches, newest first."""
     source = _tool_source(plan, params)
@@ -942,7 +986,7 @@ def _tool_messages(
     if after is not None:
         where.append("(m.created_at, m.mid) < (:after_at, :after_mid)")
         params["after_at"], params["after_mid"] = after
-    with _read_snapshot(conn):
+    with _read_snapshot(conn, transcript) as lines:
         if session_id is not None:
             ordinal = _live_ordinal(conn, session_id)
             params["lo"] = ordinal << MID_SEQ_BITS
@@ -953,7 +997,7 @@ def _tool_messages(
                                       window=None if plan.fts_exact else _RECENT_TOOL_ROWS)
         else:
             rows = conn.execute(f"{_TOOL_PAGE_ROWS} {source} {' AND '.join(where)} {_PAGE_ORDER}", params).fetchall()
-    return _messages_reply(plan, rows, fingerprint, limit)
+        return _messages_reply(conn, plan, lines, rows, fingerprint, limit, KIND_TOOL)
 
 
 def _many_hits(conn: sqlite3.Connection, fts: str, limit: int, rows: int,
@@ -1001,7 +1045,8 @@ def _walk_bound(limit: int, rows: int) -> int:
     return max(_WALK_MIN_HITS, math.isqrt((limit + 1) * rows) + 1)
 
 
-def _messages_reply(plan: QueryPlan, rows: list[Any], fingerprint: str, limit: int) -> dict[str, Any]:
+def _messages_reply(conn: sqlite3.Connection, plan: QueryPlan, lines: LineTexts, rows: list[Any], fingerprint: str,
+                    limit: int, kind: int = KIND_TEXT) -> dict[str, Any]:
     """The ``search.query`` reply from up to ``limit + 1`` rows (mid, id, session, role, seq, text, created)."""
     page = rows[:limit]
     next_cursor = None
@@ -1015,10 +1060,10 @@ def _messages_reply(plan: QueryPlan, rows: list[Any], fingerprint: str, limit: i
                 "messageId": msg_id,
                 "role": role,
                 "seq": seq,
-                "snippet": snippet(text, plan.query, width=SNIPPET_WIDTH),
+                "snippet": _snippet(conn, plan, lines, mid, text, kind),
                 "createdAt": created,
             }
-            for _, msg_id, sid, role, seq, text, created in page
+            for mid, msg_id, sid, role, seq, text, created in page
         ],
         "nextCursor": next_cursor,
     }

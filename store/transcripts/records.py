@@ -95,7 +95,8 @@ def message_record(fields: Mapping[str, Any], msg_id: str, *, now_ms: int,
 NUL_STAND_IN = "\ufffd"
 """What a NUL becomes in the derived search text: SQLite's trigram tokenizer and LIKE stop reading a
 value at a NUL, so text after one would never be found. Queries never hold a NUL (refused), so only a
-query holding U+FFFD itself matches the stand-in. The transcript keeps the NUL."""
+query holding U+FFFD itself matches the stand-in; search checks such a match against the message's line
+(``store/search/stand_in.py``). The transcript keeps the NUL."""
 
 
 def searchable(text: str) -> str:
@@ -113,6 +114,13 @@ def blocks_of(record: Mapping[str, Any]) -> list[Any]:
 def extract_text(record: Mapping[str, Any]) -> str | None:
     """Final answer text for search/preview: text blocks only, never thinking; None for tools.
     As the index stores it (:func:`searchable`)."""
+    text = answer_text(record)
+    return None if text is None else searchable(text)
+
+
+def answer_text(record: Mapping[str, Any]) -> str | None:
+    """:func:`extract_text` as the message holds it: a NUL kept (what search checks a query holding
+    :data:`NUL_STAND_IN` against, ``store/search/stand_in.py``)."""
     if record.get("role") == "tool":
         return None
     parts: list[str] = []
@@ -123,7 +131,7 @@ def extract_text(record: Mapping[str, Any]) -> str | None:
                 parts.append(text)
     if not parts:
         return None
-    return searchable("\n".join(parts))
+    return "\n".join(parts)
 
 
 def tool_info(record: Mapping[str, Any]) -> tuple[str | None, bool]:
