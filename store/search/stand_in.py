@@ -62,8 +62,6 @@ class LineTexts:
     def __init__(self, transcript: TranscriptPath | None) -> None:
         self._transcript = transcript
         self._open: tuple[str, Path, int] | None = None
-        self.reads = 0
-        """Lines read (tests and benches: how often the check was needed)."""
 
     def close(self) -> None:
         """Close the open transcript; later checks keep the stored text's answer (the SQL function
@@ -103,7 +101,6 @@ class LineTexts:
             record = loads_line(line)
         except (OSError, StoreError, ValueError):
             return None
-        self.reads += 1
         line_id = record.get("id")
         if not isinstance(line_id, str) or message_id not in (line_id, f"{session_id}:{line_id}"):
             return None  # another message's line (a D444 id keeps its session prefix in the index only)
