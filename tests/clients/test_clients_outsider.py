@@ -16,7 +16,10 @@ the handshake, resuming after a dropped connection. What they left open, and thi
 * SIGTERM in the middle of a stream of events: no duplicate, no gap, one Resync;
 * a call cancelled by its caller while its frame is half sent, or while it waits for its answer;
 * a url nobody answers, a server that answers garbage, and one that accepts the WebSocket and never answers
-  ``host.hello``;
+  ``host.hello`` (on the first connection, and on a reconnect: ``hello_timeout``, as the TypeScript client's
+  ``helloTimeoutMs``);
+* app callbacks (``on_state``, ``on_connect``) that raise: reported to ``on_callback_error`` (or logged), never
+  the end of the client, as the TypeScript client's ``onCallbackError``;
 * paging a session larger than one reply may be, and the error codes on the way.
 
 Every scenario runs under asyncio and trio (the client claims both).
@@ -24,6 +27,7 @@ Every scenario runs under asyncio and trio (the client claims both).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -37,7 +41,7 @@ import anyio
 import pytest
 
 from pihost_client import ConnectionLost, Event, HostNotRunning, HostUnavailable, Resync, RpcError, connect
-from tests.clients.relay import free_port
+from tests.clients.relay import Relay, free_port
 from tests.clients.test_client_holds_up import (
     BACKENDS,
     Host,
@@ -334,6 +338,7 @@ class FakeServer:
         self.sock.listen(16)
         self.port = int(self.sock.getsockname()[1])
         self.conns: list[socket.socket] = []
+        self.accepted = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -344,6 +349,7 @@ class FakeServer:
             except OSError:
                 return
             self.conns.append(conn)
+            self.accepted.set()
             try:
                 head = conn.recv(65536)
                 if self.reply is not None:
@@ -485,5 +491,160 @@ def test_a_session_larger_than_a_reply_is_read_page_by_page(host: Host, backend:
             assert bad.value.data_code == "INVALID_PARAMS" and bad.value.code == -32602
             assert any(e["loc"].startswith("message.blocks.0") for e in bad.value.field_errors), bad.value.describe()
         await host.terminate()
+
+    run(backend, body)
+
+
+# -- host.hello unanswered on a reconnect; app callbacks that raise ---------------------------------------------
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reconnect_to_a_server_that_never_answers_hello_gives_up_and_tries_again(host: Host, backend: str) -> None:
+    """client.py, ``connect``: "Every connection attempt, the first and each reconnect, waits at most
+    ``hello_timeout`` seconds (default 10) for the answer to ``host.hello`` once the WebSocket is open; then it
+    closes that socket and tries again after its backoff" (clients/typescript: ``helloTimeoutMs``, "Bound on
+    `host.hello` once the socket is open"). The connection drops and the reconnect reaches a server that takes
+    the WebSocket and says nothing; the host is reachable again right after. The reconnect waited in
+    ``host.hello`` for ever: the next call waited ``reconnect_timeout`` and raised HostUnavailable, and so would
+    every later one, with the host up all along."""
+    silent = FakeServer(None)
+
+    async def body() -> None:
+        await host.start()
+        host_port = _port(host.current.url)
+        relay = Relay(host_port)
+        said: list[str] = []
+        try:
+            async with connect(f"ws://127.0.0.1:{relay.port}/", host.current.token, client_id="hello-timeout",
+                               backoff=0.05, max_backoff=0.25, hello_timeout=1, reconnect_timeout=20,
+                               on_state=said.append) as c:
+                sid = (await c.session.create(title="Hello timeout"))["id"]
+                boot = c.hello["bootId"]
+                relay.target_port = silent.port
+                relay.down()
+                relay.up()
+                # the reconnect has reached the silent server (where it sends hello)
+                assert await anyio.to_thread.run_sync(silent.accepted.wait, 20)
+                relay.target_port = host_port
+                with anyio.fail_after(30):
+                    renamed = valid("session.rename", await c.session.rename(session_id=sid, title="Back"))
+                assert renamed["title"] == "Back"
+                assert c.connects == 2 and c.hello["bootId"] == boot
+                assert any("no answer to host.hello within 1 s" in line for line in said), said
+        finally:
+            relay.down()
+            silent.close()
+        await host.terminate()
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_first_connection_to_a_server_that_never_answers_hello_says_so(backend: str) -> None:
+    """client.py, ``connect``: ``hello_timeout`` bounds each attempt, "the first connection stays bounded by
+    ``connect_timeout`` as a whole". Against a silent WebSocket the attempts give up on hello and retry, and the
+    error names why (it said "could not connect within 3 s (None)")."""
+    server = FakeServer(None)
+    try:
+        exc, _ = _connect_raises(backend, f"ws://127.0.0.1:{server.port}/", connect_timeout=3, hello_timeout=0.5)
+    finally:
+        server.close()
+    assert type(exc) is ConnectionLost and "could not connect within 3" in str(exc), repr(exc)
+    assert "no answer to host.hello within 0.5 s" in str(exc), str(exc)
+    assert len(server.conns) >= 2  # it tried again
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_callbacks_that_raise_are_reported_and_the_client_carries_on(host: Host, backend: str) -> None:
+    """client.py: "what ``on_state`` or ``on_connect`` raises (an :class:`Exception`) is passed to
+    ``on_callback_error(error, name)`` [...] and never ends the connection or the client" (the TypeScript
+    client's ``onCallbackError``: "Such an exception never ends the connection or the client"). An ``on_state``
+    that raises every time, and an ``on_connect`` that raises: the client connects, reconnects after a SIGKILL
+    and restart, resubscribes (a Resync) and answers calls. What ``on_state`` raised came out of
+    ``async with connect()`` and ended the client at its first line ("connected")."""
+    reported: list[tuple[str, Exception]] = []
+
+    def on_state(line: str) -> None:
+        raise RuntimeError(f"on_state bug: {line}")
+
+    def on_connect(hello: dict[str, Any]) -> None:
+        raise ValueError("on_connect bug")
+
+    async def body() -> None:
+        await host.start()
+        async with fast(host.data_dir, "raising-callbacks", reconnect_timeout=20, on_state=on_state,
+                        on_callback_error=lambda exc, name: reported.append((name, exc))) as c:
+            c.on_connect = on_connect
+            sid = (await c.session.create(title="Raising callbacks"))["id"]
+            async with c.subscribe(["session.message"], session_id=sid) as events:
+                await host.kill()
+                await host.start()
+                with anyio.fail_after(30):
+                    await c.session.append_message(session_id=sid, message=text_message("m1", "after"))
+                    items = await next_items(events, 2)
+            assert isinstance(items[0], Resync) and message_event(items[1]) == "m1", items
+            assert c.connects == 2
+        names = [name for name, _ in reported]
+        assert names[0] == "on_state" and str(reported[0][1]) == "on_state bug: connected", reported
+        assert ("on_connect", "on_connect bug") in [(n, str(e)) for n, e in reported], reported
+        assert any(n == "on_state" and "reconnected" in str(e) for n, e in reported), reported
+        await host.terminate()
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_callback_error_is_logged_by_default(host: Host, backend: str, caplog: pytest.LogCaptureFixture) -> None:
+    """client.py, ``connect``: what the callbacks raise goes to ``on_callback_error`` "(default: logged at error
+    level, with the traceback, on the ``pihost_client`` logger), and the client carries on"."""
+
+    def on_state(line: str) -> None:
+        raise RuntimeError(f"on_state bug: {line}")
+
+    async def body() -> None:
+        await host.start()
+        with caplog.at_level(logging.ERROR, logger="pihost_client"):
+            async with connect(data_dir=host.data_dir, client_id="logged-callback", on_state=on_state) as c:
+                assert (await c.session.create(title="Logged"))["title"] == "Logged"
+        await host.terminate()
+
+    run(backend, body)
+    records = [r for r in caplog.records if r.name == "pihost_client"]
+    assert records and records[0].levelno == logging.ERROR and "on_state" in records[0].getMessage(), records
+    exc_info = records[0].exc_info
+    assert exc_info is not None and str(exc_info[1]) == "on_state bug: connected"
+
+
+class _NotAnError(BaseException):
+    """Stands for what must never be reported and carried past: trio.Cancelled, KeyboardInterrupt, SystemExit."""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_callback_raising_a_base_exception_is_not_swallowed(host: Host, backend: str) -> None:
+    """client.py: "cancellation, :class:`KeyboardInterrupt` and :class:`SystemExit` go on out as raised": only an
+    :class:`Exception` is reported. (A guard for the reporting itself: this held before it existed.)"""
+    reported: list[str] = []
+
+    def on_state(line: str) -> None:
+        raise _NotAnError(line)
+
+    async def body() -> None:
+        await host.start()
+        raised: BaseException | None = None
+        try:
+            async with connect(data_dir=host.data_dir, client_id="base-exception", on_state=on_state,
+                               on_callback_error=lambda exc, name: reported.append(name)):
+                pass
+        except BaseException as exc:  # noqa: B036 - the test inspects exactly what comes out
+            raised = exc
+        finally:
+            await host.terminate()
+        # it comes out bare, or in a group with the ConnectionLost of the first connection it ended
+        if isinstance(raised, BaseExceptionGroup):
+            raised = raised.split(_NotAnError)[0]
+        assert raised is not None and (isinstance(raised, _NotAnError) or raised.exceptions), repr(raised)
+        assert reported == []
 
     run(backend, body)

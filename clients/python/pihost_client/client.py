@@ -23,7 +23,22 @@ Runs under asyncio and trio (anyio). What it does for you:
 * **Bounded waits**: a call made while the client is disconnected (or whose
   connection dropped) waits at most ``reconnect_timeout`` seconds for the
   next connection, then raises :class:`HostUnavailable`; the client goes on
-  reconnecting, so a later call works once the host is back.
+  reconnecting, so a later call works once the host is back. Each connection
+  attempt waits at most ``hello_timeout`` seconds (10) for the answer to
+  ``host.hello`` once the WebSocket is open: a server that takes the socket
+  and never answers is left, and the client tries again after its backoff.
+  A call already sent on an open connection ends only with that connection
+  (there is no per-call timer and no keepalive, as in the TypeScript client):
+  to bound it, cancel it, e.g. ``with anyio.move_on_after(5): await ...`` (the
+  counterpart of the TypeScript client's ``AbortSignal``); a mutating call
+  cancelled after it was sent may have taken effect: send it again with the
+  same ``submission_id`` to know.
+* **Callbacks that raise**: what ``on_state`` or ``on_connect`` raises (an
+  :class:`Exception`) is passed to ``on_callback_error(error, name)``
+  (default: logged with its traceback at error level on the
+  ``pihost_client`` logger) and never ends the connection or the client;
+  cancellation, :class:`KeyboardInterrupt` and :class:`SystemExit` go on
+  out as raised.
 * **Resubscribe**: each :class:`Subscription` is re-established on the new
   connection from the last cursor it delivered. If the host restarted (a new
   ``bootId``) or no longer holds that history (``CURSOR_EXPIRED``), the
@@ -41,6 +56,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
 import random
@@ -62,6 +78,8 @@ from .hostinfo import HostInfo, read_host_info
 
 __all__ = ["Client", "ConnectionLost", "Event", "HostNotRunning", "HostRefused", "HostUnavailable", "Resync",
            "RpcError", "Subscription", "connect"]
+
+_log = logging.getLogger("pihost_client")
 
 REFUSED_HELLO_CODES = frozenset({"UNAUTHENTICATED", "UNSUPPORTED_PROTOCOL"})
 """``host.hello`` errors no retry can fix: the client stops at once with :class:`HostRefused`."""
@@ -370,7 +388,7 @@ class Client(GeneratedMethods):
 
     def __init__(self, endpoint: Callable[[], HostInfo], *, client_id: str, client_kind: str,
                  origin: str | None, reconnect: bool, max_attempts: int, backoff: float,
-                 max_backoff: float, reconnect_timeout: float = 30.0) -> None:
+                 max_backoff: float, reconnect_timeout: float = 30.0, hello_timeout: float = 10.0) -> None:
         super().__init__(self._call)
         self._endpoint = endpoint
         self.client_id = client_id
@@ -381,6 +399,7 @@ class Client(GeneratedMethods):
         self._backoff = backoff
         self._max_backoff = max_backoff
         self._reconnect_timeout = reconnect_timeout
+        self._hello_timeout = hello_timeout
         self._conn: _Connection | None = None
         self._ready = anyio.Event()
         self._closing = False
@@ -393,6 +412,8 @@ class Client(GeneratedMethods):
         self.on_state: Callable[[str], None] | None = None
         """Called with one line when the connection state changes ("waiting for a host: ...",
         "reconnected; resumed at cursor 1046")."""
+        self.on_callback_error: Callable[[Exception, str], None] | None = None
+        """Called with what ``on_state`` or ``on_connect`` raised and that callback's name (None: log it)."""
         self._last_state = ""
         self._wait_for_host = False
 
@@ -419,20 +440,25 @@ class Client(GeneratedMethods):
         async with anyio.create_task_group() as tg:
             tg.start_soon(conn.read)
             try:
-                try:
-                    conn.hello = await conn.call("host.hello", {
-                        "token": token, "clientId": self.client_id,
-                        "clientKind": self.client_kind, "protocol": PROTOCOL_VERSION})
-                except RpcError as exc:
-                    if exc.data_code in REFUSED_HELLO_CODES:
-                        raise HostRefused(exc.data_code, exc.message) from None
-                    raise
+                with anyio.move_on_after(self._hello_timeout) as hello_wait:
+                    try:
+                        conn.hello = await conn.call("host.hello", {
+                            "token": token, "clientId": self.client_id,
+                            "clientKind": self.client_kind, "protocol": PROTOCOL_VERSION})
+                    except RpcError as exc:
+                        if exc.data_code in REFUSED_HELLO_CODES:
+                            raise HostRefused(exc.data_code, exc.message) from None
+                        raise
+                if hello_wait.cancelled_caught:
+                    raise ConnectionLost(f"no answer to host.hello within {self._hello_timeout:g} s")
                 resumed = [await sub._attach(conn) for sub in list(self._subscriptions)]
                 self._conn = conn
                 self.connects += 1
                 self._tell("connected" if self.connects == 1 else _reconnected_line(resumed))
-                if self.on_connect is not None:
-                    self.on_connect(conn.hello)
+                on_connect = self.on_connect
+                if on_connect is not None:
+                    hello = conn.hello
+                    self._notify("on_connect", lambda: on_connect(hello))
                 self._wake()
                 await conn.done.wait()
             except (RpcError, ConnectionLost) as exc:  # HostRefused included
@@ -478,6 +504,7 @@ class Client(GeneratedMethods):
                         return
                     except (RpcError, ConnectionLost) as exc:
                         self.last_error = exc
+                        self._tell(f"waiting for the host to answer: {exc}")
                 if not self._reconnect:
                     return
                 await anyio.sleep(delay * (0.5 + random.random() / 2))
@@ -487,9 +514,26 @@ class Client(GeneratedMethods):
             self._wake()
 
     def _tell(self, state: str) -> None:
-        if self.on_state is not None and state != self._last_state:
-            self.on_state(state)
+        on_state = self.on_state
+        if on_state is not None and state != self._last_state:
+            self._notify("on_state", lambda: on_state(state))
         self._last_state = state
+
+    def _notify(self, name: str, callback: Callable[[], object]) -> None:
+        """Run one of the app's callbacks: an :class:`Exception` it raises goes to ``on_callback_error`` (else to
+        the log) and never ends the connection or the client. Cancellation, KeyboardInterrupt and SystemExit (not
+        Exceptions) go on out."""
+        try:
+            callback()
+        except Exception as exc:
+            report = self.on_callback_error
+            try:
+                if report is not None:
+                    report(exc, name)
+                else:
+                    _log.error("pi-host client: %s raised", name, exc_info=exc)
+            except Exception:
+                _log.exception("pi-host client: on_callback_error raised")
 
     async def _connection(self, patience: float | None = None) -> _Connection:
         """The live connection, waiting for the reconnect loop to make one: at most ``patience`` seconds (None:
@@ -606,8 +650,9 @@ async def connect(url: str | None = None, token: str | None = None, *,
                   data_dir: str | os.PathLike[str] | None = None, client_id: str | None = None,
                   client_kind: str = "ui", origin: str | None = None, reconnect: bool = True,
                   max_attempts: int = 8, backoff: float = 0.1, max_backoff: float = 2.0,
-                  connect_timeout: float = 30.0, reconnect_timeout: float = 30.0, wait_for_host: bool = False,
-                  on_state: Callable[[str], None] | None = None) -> AsyncIterator[Client]:
+                  connect_timeout: float = 30.0, reconnect_timeout: float = 30.0, hello_timeout: float = 10.0,
+                  wait_for_host: bool = False, on_state: Callable[[str], None] | None = None,
+                  on_callback_error: Callable[[Exception, str], None] | None = None) -> AsyncIterator[Client]:
     """Connect to a host by ``url`` + ``token``, or by its data directory (``host.json``; the
     default data directory when neither is given). ``client_id`` should be stable per install
     (it scopes command receipts); a random one is used when absent.
@@ -620,7 +665,15 @@ async def connect(url: str | None = None, token: str | None = None, *,
 
     Once connected, a call made while the connection is down waits at most ``reconnect_timeout`` seconds
     for the client to reconnect (``math.inf``: as long as it takes), then raises :class:`HostUnavailable`
-    (a :class:`ConnectionLost`); the client keeps reconnecting in the background."""
+    (a :class:`ConnectionLost`); the client keeps reconnecting in the background.
+
+    Every connection attempt, the first and each reconnect, waits at most ``hello_timeout`` seconds (default 10)
+    for the answer to ``host.hello`` once the WebSocket is open; then it closes that socket and tries again after
+    its backoff (the first connection stays bounded by ``connect_timeout`` as a whole).
+
+    ``on_state`` (and ``client.on_connect``) are the app's: what they raise goes to ``on_callback_error(error,
+    name)`` with ``name`` "on_state" or "on_connect" (default: logged at error level, with the traceback, on the
+    ``pihost_client`` logger), and the client carries on."""
     if url is not None:
         if token is None:
             raise ValueError("a url needs its token")
@@ -635,9 +688,10 @@ async def connect(url: str | None = None, token: str | None = None, *,
     client = Client(endpoint, client_id=client_id or f"py-{uuid.uuid4().hex[:12]}", client_kind=client_kind,
                     origin=origin, reconnect=reconnect, max_attempts=max_attempts if reconnect else 1,
                     backoff=backoff, max_backoff=max_backoff if math.isfinite(max_backoff) else 2.0,
-                    reconnect_timeout=reconnect_timeout)
+                    reconnect_timeout=reconnect_timeout, hello_timeout=hello_timeout)
     client._wait_for_host = wait_for_host
     client.on_state = on_state
+    client.on_callback_error = on_callback_error
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(client._run)
