@@ -518,8 +518,10 @@ class Pipeline:
         route = bound.route
         if route.fingerprint is None and route.legacy_fingerprint is None:
             return self._plain_key(bound, params, raw, caller)
+        if not bound.spec.mutating:
+            return None
         submission = getattr(params, "submission_id", None)
-        if not bound.spec.mutating or submission is None:
+        if submission is None:
             return None
         shown = _shown(bound, raw)
         if route.fingerprint is not None:
@@ -534,8 +536,10 @@ class Pipeline:
     @staticmethod
     def _plain_key(bound: _Bound, params: BaseModel, raw: Any, caller: CallContext) -> ReceiptKey | None:
         """:meth:`_key` of a route with the plain fingerprint (no fingerprint hooks)."""
+        if not bound.spec.mutating:
+            return None  # asked first: a read's params model has no submission_id, and pydantic's miss is slow
         submission = getattr(params, "submission_id", None)
-        if not bound.spec.mutating or submission is None:
+        if submission is None:
             return None
         method = bound.spec.name
         return ReceiptKey(receipt_client(caller), str(submission), method,
