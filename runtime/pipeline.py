@@ -108,7 +108,7 @@ class _Answer:
     """The one reply of one request: settles its receipt claim and its turn, checks the result,
     counts it out."""
 
-    __slots__ = ("_pipeline", "_bound", "_reply", "claim", "turn", "release", "done")
+    __slots__ = ("_pipeline", "_bound", "_reply", "claim", "turn", "release", "done", "served_direct")
 
     def __init__(self, pipeline: Pipeline, bound: _Bound, reply: Reply) -> None:
         self._pipeline = pipeline
@@ -118,6 +118,8 @@ class _Answer:
         self.turn: Turn | None = None
         self.release: Callable[[], None] | None = None
         self.done = False
+        self.served_direct = False
+        """Answered by the route's ``direct`` read, from the request's own task after its read-pool hop."""
 
     def __call__(self, result: outcome.Outcome[Any]) -> None:
         if self.done:
@@ -406,10 +408,17 @@ class Pipeline:
             done.set()
 
         prepared = self._prepare(method, raw, caller, reply)
-        if prepared is not None:
+        if prepared is None:
+            await done.wait()  # answered at once (refused): still a checkpoint
+        else:
             bound, params, answer = prepared
             await self._run(bound, params, raw, caller, answer, False, None)
-        await done.wait()
+            if answer.served_direct:
+                # Answered already, after the read-pool hop (a checkpoint): a cancellation is still raised
+                # here, as done.wait() would raise it, without one more pass of the scheduler.
+                await trio.lowlevel.checkpoint_if_cancelled()
+            else:
+                await done.wait()
         value = box[0].unwrap()
         return value.decode() if decode and isinstance(value, Encoded) else value
 
@@ -624,6 +633,7 @@ class Pipeline:
             raise
         if result is None:
             return False
+        answer.served_direct = True  # its hop to the read pool was a checkpoint (``Route.direct``)
         answer(outcome.Value(result))
         return True
 

@@ -114,7 +114,8 @@ class Route:
     """SESSION (a read): ``(services, params, caller) -> result | None``, tried first while the session has
     no actor running (none in this process, or it passivated): served from the request's own task in one
     read-pool hop, no actor started; ``None`` hands the request to the actor as usual. It must be exactly
-    what the actor would answer to a cold read (see ``sessions.get_direct``)."""
+    what the actor would answer to a cold read (see ``sessions.get_direct``). A result (not ``None``) comes
+    after a checkpoint of its own (its read-pool hop): ``Pipeline.call`` passes on it without another."""
     writes: bool = False
     """Ordered as a write though its params take no ``submissionId`` (``logs.append``): later requests
     of the connection wait for it, and two of them apply in frame order."""
