@@ -33,7 +33,7 @@ from runtime.client import open_client
 from store.upgrade.schema import SCHEMA_VERSION
 from tests.acceptance.outsiderkit import code_of, say
 from tests.hostkit import HostProcess, run_cli, serve_until_exit, start_host_process
-from tests.migrations.dbcheck import dump, sha256, sqlite3_cli, user_version
+from tests.migrations.dbcheck import boot_report, dump, sha256, sqlite3_cli, user_version
 from tests.migrations.seedkit import (
     after_boot,
     assert_rows_present,
@@ -51,15 +51,6 @@ def _stop(host: HostProcess) -> None:
 
 def _serve(data: Path) -> Any:
     return run_cli("--data-dir", str(data), "serve", "--port", "0", "--quiet")
-
-
-def _boot_report(db: Path) -> dict[str, Any]:
-    conn = sqlite3.connect(db)
-    try:
-        row = conn.execute("SELECT report_json FROM boot_reports ORDER BY started_at DESC LIMIT 1").fetchone()
-        return dict(json.loads(row[0]))
-    finally:
-        conn.close()
 
 
 def _backups(data: Path) -> list[str]:
@@ -143,7 +134,7 @@ def test_pre_v7_file_killed_with_rows_in_its_wal_is_checkpointed_into_the_v6_arc
     assert [m["id"] for m in seen["alpha"]["messages"]] == ["m-a1", "m-a2", "m-a3", "m-a4", "m-a5"]
     assert seed.file_bytes() == seed.files
     _stop(start_host_process(data))
-    report = _boot_report(seed.db)
+    report = boot_report(seed.db)
     assert (report["database"]["archivedTo"], report["database"]["createdFresh"], report["database"]["steps"]) == (
         None, False, [])
     assert _backups(data) == ["pi.sqlite.v6.bak"]
@@ -194,7 +185,7 @@ def test_sigkill_inside_the_pre_v7_reset_then_a_restart_finishes_it_once(tmp_pat
     assert {"s-alpha", "s-beta", "s-gamma", "s-delta"} <= {s["id"] for s in seen["list"]["sessions"]}
     assert seed.file_bytes() == seed.files
     _stop(start_host_process(data))
-    report = _boot_report(seed.db)
+    report = boot_report(seed.db)
     assert (report["database"]["archivedTo"], report["database"]["createdFresh"]) == (None, False)
     assert _backups(data) == ["pi.sqlite.v6.bak"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 import sqlite3
@@ -111,3 +112,13 @@ def sqlite3_cli(path: Path, sql: str) -> list[str]:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def boot_report(db: Path) -> dict[str, Any]:
+    """The newest boot's report (``boot_reports``) of the database at ``db``."""
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute("SELECT report_json FROM boot_reports ORDER BY started_at DESC LIMIT 1").fetchone()
+        return dict(json.loads(row[0]))
+    finally:
+        conn.close()

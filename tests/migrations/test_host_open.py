@@ -9,7 +9,6 @@ the version they hold; the second start is a plain open.
 
 from __future__ import annotations
 
-import json
 import signal
 import sqlite3
 from pathlib import Path
@@ -23,7 +22,7 @@ from runtime.datadir import DataDir
 from store.doctor.doctor import run_doctor
 from store.upgrade.schema import SCHEMA_VERSION
 from tests.hostkit import HostProcess, start_host_process
-from tests.migrations.dbcheck import sqlite3_cli
+from tests.migrations.dbcheck import boot_report, sqlite3_cli
 from tests.migrations.seedkit import (
     ATTACHMENT_SHA,
     VERSIONS,
@@ -52,15 +51,6 @@ async def _look(host: HostProcess) -> dict[str, Any]:
             "notifications": await c.call("notifications.list", {}),
             "pending": await c.call("plans.pending", {}),
         }
-
-
-def _boot_report(db: Path) -> dict[str, Any]:
-    conn = sqlite3.connect(db)
-    try:
-        row = conn.execute("SELECT report_json FROM boot_reports ORDER BY started_at DESC LIMIT 1").fetchone()
-        return dict(json.loads(row[0]))
-    finally:
-        conn.close()
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -112,7 +102,7 @@ def test_serve_opens_a_seed_data_directory_without_losing_a_byte(tmp_path: Path,
         conn.close()
     checked = run_doctor(DataDir(data), repair=False, now_ms=0)
     assert checked.exit_code == 0, [(f.check, f.subject) for f in checked.findings]
-    first = _boot_report(seed.db)
+    first = boot_report(seed.db)
     assert first["database"]["migratedFrom"] == version
     for name in first["database"]["backups"]:
         held = Path(name).name.split(".v")[1].split(".")[0]
@@ -124,7 +114,7 @@ def test_serve_opens_a_seed_data_directory_without_losing_a_byte(tmp_path: Path,
         again = trio.run(_look, host)
     finally:
         _stop(host)
-    second = _boot_report(seed.db)
+    second = boot_report(seed.db)
     assert (second["database"]["steps"], second["database"]["backups"], second["database"]["migratedFrom"]) == (
         [], [], None)
     assert second["reconcile"]["full"] == 0 and second["reconcile"]["tail"] == 0
@@ -170,6 +160,6 @@ def test_seed_11_5_serve_archives_a_pre_v7_database_and_reindexes_the_transcript
     assert seed.file_bytes() == seed.files
     host = start_host_process(data)
     _stop(host)
-    report = _boot_report(seed.db)
+    report = boot_report(seed.db)
     assert (report["database"]["archivedTo"], report["database"]["createdFresh"]) == (None, False)
     assert sorted(p.name for p in data.iterdir() if ".bak" in p.name) == ["pi.sqlite.v6.bak"]

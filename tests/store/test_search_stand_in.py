@@ -7,7 +7,6 @@ Rows go through the real indexer from real transcript lines (a file per session,
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +16,9 @@ import pytest
 from store.indexing import index
 from store.indexing.index import IndexRecord
 from store.search.search import search_messages, search_sessions
-from store.upgrade.schema import apply_schema
+from tests.dbkit import NOW
 
-NOW = 1_785_056_400_000
 FFFD = "\ufffd"
-
-
-@pytest.fixture
-def conn() -> Iterator[sqlite3.Connection]:
-    c = sqlite3.connect(":memory:", isolation_level=None)
-    c.execute("PRAGMA foreign_keys = ON")
-    c.execute("PRAGMA trusted_schema = ON")
-    apply_schema(c)
-    yield c
-    c.close()
 
 
 class Transcripts:

@@ -7,7 +7,6 @@ Rows go through the real indexer (``store.indexing.index``), so ``tool_output`` 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +18,11 @@ from store.indexing.database import apply_pragmas
 from store.indexing.index import TOOL_OUTPUT_MAX_CHARS, IndexRecord, tool_output_text
 from store.search.search import search_messages, search_sessions
 from store.upgrade.migrations import ddl_for_version, migrate
-from store.upgrade.schema import apply_schema
+from tests.dbkit import NOW
 from tests.store._sqlite_helpers import NOW_MS, build_db, connect_plain, fresh_layout, schema_objects
 from tests.store.search_corpus import Corpus
 
-NOW = 1_785_056_400_000
 ERROR = "connect ECONNREFUSED 127.0.0.1:5432 at TCPConnectWrap.afterConnect"
-
-
-@pytest.fixture
-def conn() -> Iterator[sqlite3.Connection]:
-    c = sqlite3.connect(":memory:", isolation_level=None)
-    c.execute("PRAGMA foreign_keys = ON")
-    c.execute("PRAGMA trusted_schema = ON")
-    apply_schema(c)
-    yield c
-    c.close()
 
 
 def tool_row(mid: str, result: Any, *, status: str = "ok", **extra: Any) -> dict[str, Any]:
