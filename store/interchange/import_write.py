@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 19
+IMPORT_RULES = 20
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -187,7 +187,8 @@ and original file, a command's output streams) is its tool record's ``meta.toolU
 ``meta.targetMessageId``; it was counted as skipped. A Claude Code user line's ``permissionMode`` and ``todos``, when
 they differ from the line before, are the meta of the message the line becomes; they were dropped. A Claude Code
 ``document`` block (a PDF, a text file; in a prompt or a tool result) is a file attachment, its bytes a blob; it was
-counted as skipped."""
+counted as skipped. 20 = Claude Code: a ``toolUseResult`` past 256 KiB is kept whole as well, a JSON blob that the tool
+record's ``meta.toolUseResultBlob`` references (the cut ``meta.toolUseResult`` its preview); the rest was dropped."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

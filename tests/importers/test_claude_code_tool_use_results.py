@@ -78,3 +78,43 @@ def test_a_huge_original_file_is_cut_and_counted(tmp_path: Path, db: sqlite3.Con
     assert meta["toolUseResult"]["originalFile"] == big[:MAX_CUT_STRING_CHARS]
     assert meta["toolUseResult"]["structuredPatch"] == [{"lines": ["-a", "+b"]}]
     assert meta["toolUseResultCutChars"] == len(big) - MAX_CUT_STRING_CHARS
+
+
+def test_a_cut_tool_use_result_is_kept_whole_as_a_blob(tmp_path: Path, db: sqlite3.Connection,
+                                                       target: ImportTarget) -> None:
+    """The cut copy is the preview; the whole value is a JSON blob the tool record's meta references.
+    Reproduces: past 256 KiB the strings were cut to 16 KiB and the rest was gone."""
+    path = tmp_path / "proj" / "5c0375b4-57a5-4f26-b12d-d022ee4e5199.jsonl"
+    path.parent.mkdir()
+    common = {"sessionId": "5c0375b4-57a5-4f26-b12d-d022ee4e5199", "cwd": "/w", "version": "2.1.38",
+              "isSidechain": False, "userType": "external"}
+    whole = {"filePath": "/w/f", "originalFile": "".join(f"line {i}\n" for i in range(60_000)),
+             "structuredPatch": [{"lines": ["-a", "+b"]}]}
+    lines = [
+        {**common, "type": "user", "uuid": "u1", "parentUuid": None, "timestamp": "2026-01-01T00:00:00Z",
+         "message": {"role": "user", "content": "edit it"}},
+        {**common, "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": "2026-01-01T00:00:01Z",
+         "message": {"id": "msg_1", "role": "assistant", "model": "claude-x", "content": [
+             {"type": "tool_use", "id": "toolu_1", "name": "Edit", "input": {"file_path": "/w/f"}}]}},
+        {**common, "type": "user", "uuid": "u2", "parentUuid": "a1", "timestamp": "2026-01-01T00:00:02Z",
+         "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                  "content": "edited"}]},
+         "toolUseResult": whole},
+    ]
+    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    rep, messages = import_new(db, target, "claude-code", path)
+    assert rep.skipped_blocks["toolUseResult(cut)"] == 1
+    tool = _tool(messages, "toolu_1")
+    meta = tool["meta"]
+    assert isinstance(meta, dict)
+    assert meta["toolUseResult"]["originalFile"] == whole["originalFile"][:MAX_CUT_STRING_CHARS]  # the preview
+    ref = meta["toolUseResultBlob"]
+    assert ref["mimeType"] == "application/json" and ref["ref"].startswith("attachments/")
+    sha = ref["ref"].removeprefix("attachments/")
+    assert target.attachments is not None
+    kept = target.attachments.path(sha).read_bytes()
+    assert orjson.loads(kept) == whole and ref["size"] == len(kept)
+    # recorded like an image's blob: known, referenced by the tool record (the GC keeps it, a reader finds it)
+    assert db.execute("SELECT mime_type FROM attachment_blobs WHERE sha256 = ?", (sha,)).fetchone()[0] \
+        == "application/json"
+    assert db.execute("SELECT message_id FROM attachment_refs WHERE sha256 = ?", (sha,)).fetchall() == [(tool["id"],)]

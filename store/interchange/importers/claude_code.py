@@ -1718,10 +1718,11 @@ class _FileConverter:
         if isinstance(extra, Mapping) and isinstance(extra.get("agentId"), str) and isinstance(call_id, str):
             task = self.shared.tasks.get(call_id)
             self.shared.agents[extra["agentId"]] = (call_id, (task.agent_type if task else None) or extra["agentId"])
-        kept = {**self.structured_result(extra, rec, result), **self.state_change(rec)}
+        key = call_id if isinstance(call_id, str) and call_id else f"{offset}.{index}"
+        owner = str(slot.record["id"]) if slot is not None else join_id(self.sid, "result", key)
+        kept = {**self.structured_result(extra, rec, result, owner), **self.state_change(rec)}
         if slot is None:
             self.report.orphan_results += 1
-            key = call_id if isinstance(call_id, str) and call_id else f"{offset}.{index}"
             orphan = {"type": "tool_call", "callId": key, "name": "unknown", "args": None, "result": result,
                       "status": status, "completedAt": stamp(ts)}
             self.emitter.push(message_record(join_id(self.sid, "result", key), "tool", ts, [orphan],
@@ -1755,14 +1756,19 @@ class _FileConverter:
                 self.report.skipped_blocks["todos(too large)"] += 1
         return out
 
-    def structured_result(self, extra: object, rec: Mapping[str, Any], result: Any) -> dict[str, Any]:
+    def structured_result(self, extra: object, rec: Mapping[str, Any], result: Any,
+                          message_id: str) -> dict[str, Any]:
         """The tool's own record of what it did (``toolUseResult``: an edit's ``structuredPatch`` and
         ``originalFileContents``, a command's ``stdout``/``stderr``/``interrupted``, a search's hits), which the
         text the model saw leaves out, as the tool record's ``meta.toolUseResult``. Bounded by
         :func:`.common.bounded_structure`: the strings of a larger one are cut (``meta.toolUseResultCutChars``,
         counted in ``skippedBlocks`` as ``toolUseResult(cut)``), one that does not fit even so is counted as
-        ``toolUseResult(too large)``. A plain string that repeats the result is not kept twice; a line with
-        several ``tool_result`` blocks does not say whose it is (``toolUseResult(several results)``)."""
+        ``toolUseResult(too large)``. Either way the whole value is kept too, as a blob (its JSON,
+        ``application/json``) that ``meta.toolUseResultBlob`` references (``ref``, ``mimeType``, ``size``, as an
+        attachment block), the cut copy its preview; one past ``max_image_bytes`` is not
+        (``toolUseResult(blob too large)``), nor one JSON cannot write. A plain string that repeats the result is
+        not kept twice; a line with several ``tool_result`` blocks does not say whose it is
+        (``toolUseResult(several results)``)."""
         if extra is None or (isinstance(extra, str) and (not extra or extra == result)):
             return {}
         content = rec.get("message", {}).get("content") if isinstance(rec.get("message"), Mapping) else None
@@ -1771,14 +1777,24 @@ class _FileConverter:
             self.report.skipped_blocks["toolUseResult(several results)"] += 1
             return {}
         bounded = bounded_structure(extra)
+        if bounded is not None and not bounded[1]:
+            return {"toolUseResult": bounded[0]}
+        out: dict[str, Any] = {}
         if bounded is None:
             self.report.skipped_blocks["toolUseResult(too large)"] += 1
-            return {}
-        value, cut = bounded
-        if not cut:
-            return {"toolUseResult": value}
-        self.report.skipped_blocks["toolUseResult(cut)"] += 1
-        return {"toolUseResult": value, "toolUseResultCutChars": cut}
+        else:
+            self.report.skipped_blocks["toolUseResult(cut)"] += 1
+            out = {"toolUseResult": bounded[0], "toolUseResultCutChars": bounded[1]}
+        try:
+            whole = orjson.dumps(extra)
+        except orjson.JSONEncodeError:  # an integer past 64 bits, nesting too deep: counted above
+            return out
+        if len(whole) > self.ctx.limits.max_image_bytes:
+            self.report.skipped_blocks["toolUseResult(blob too large)"] += 1
+            return out
+        blob = self.ctx.blobs.add(whole, "application/json", message_id)
+        out["toolUseResultBlob"] = {"ref": blob.ref, "mimeType": "application/json", "size": blob.size}
+        return out
 
     def result_value(self, content: Any, call_id: object, offset: int, index: int) -> Any:
         if isinstance(content, str) or content is None:
