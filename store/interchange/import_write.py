@@ -236,6 +236,9 @@ class StagedImport:
     file_end: int = 0
     """Length of the published transcript (a new one ends with its session_info line)."""
     blobs: list[tuple[BlobRef, str]] = field(default_factory=list)
+    earlier: dict[str, list[list[Any]]] = field(default_factory=dict)
+    """Per source file: ``[consumed, sha256]`` of what earlier imports read from it, each a strict byte prefix of
+    what this one read (the origin's ``files.<path>.earlier``; see ``store.interchange.imports.earlier_states``)."""
     identity: tuple[int, int] | None = None
     published: bool = False
     plugin_id: str = HOST_IMPORTER
@@ -1430,7 +1433,8 @@ def _origin_history(staged: StagedImport) -> dict[str, Any]:
     """The origin row's ``origin_json`` as this import leaves it (before a re-import's fallback to the
     model the row named before: :func:`write_origin`)."""
     meta = staged.meta
-    files = {f.path: {"size": f.size, "mtimeNs": f.mtime_ns, "consumed": f.consumed, "sha256": f.sha256}
+    files = {f.path: {"size": f.size, "mtimeNs": f.mtime_ns, "consumed": f.consumed, "sha256": f.sha256,
+                      **({"earlier": staged.earlier[f.path]} if staged.earlier.get(f.path) else {})}
              for f in staged.report.files if f.sha256}
     origin: dict[str, Any] = {"files": files, "projectPath": meta.cwd, "title": meta.title, **meta.history,
                               "importRules": IMPORT_RULES}

@@ -3,7 +3,9 @@
 :func:`import_unit` decides what an import of one :class:`SourceUnit` must
 do and runs :mod:`store.interchange.import_write`'s steps in order: a source whose files
 still hold exactly the bytes the last import consumed (the fingerprints in the
-origin row) is ``unchanged`` without being parsed; an index that trails its
+origin row) is ``unchanged`` without being parsed, and so is one that holds exactly what an earlier
+import read from it when the last one read more (an older copy put back: the row keeps each file's
+earlier states that are byte prefixes of the last, :func:`earlier_states`); an index that trails its
 transcript is caught up first (reconcile); then stage → publish → one
 transaction, with the undo on failure. :func:`import_root` does it for every
 session a tool keeps under a root, one transaction per session, with a
@@ -43,7 +45,7 @@ from store.interchange.import_write import (
 )
 from store.interchange.importers import content_fingerprint, discover, former_ids, kept_as_imported, named_as_before
 from store.interchange.importers.common import Refused, SessionReport, SourceUnit, session_id_for
-from store.interchange.importers.report import MAX_UNKNOWN_KINDS, unknown_kinds
+from store.interchange.importers.report import MAX_UNKNOWN_KINDS, FileReport, unknown_kinds
 from store.interchange.origin_history import origin_row
 from store.jsonio import loads_line
 from store.receipts import ReceiptKey
@@ -179,6 +181,96 @@ def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> boo
     return True
 
 
+MAX_EARLIER_STATES = 32
+"""How many earlier states of a source file (``[consumed, sha256]``, the newest last) its origin entry keeps."""
+
+
+def earlier_states(files: Iterable[FileReport], origin: Mapping[str, Any] | None) -> dict[str, list[list[Any]]]:
+    """Per file this import read: what the earlier imports read from it (``[consumed, sha256]`` each), when
+    that is a strict byte prefix of what this import read (the file grew by appending), bounded by
+    :data:`MAX_EARLIER_STATES`. A file rewritten since (Claude Code's compaction, pi rewriting it) starts
+    over: its earlier states are no prefix of it. The file is read again in one pass up to what the parse
+    consumed, the digest taken at the earlier length on the way: the states are kept only when the whole
+    digest is the parse's, so they are of the very bytes the parse read (the file did not change between)."""
+    seen_files = origin.get("files") if origin is not None else None
+    out: dict[str, list[list[Any]]] = {}
+    for f in files:
+        seen = seen_files.get(f.path) if isinstance(seen_files, Mapping) else None
+        if f.reference or not f.sha256 or not isinstance(seen, Mapping):
+            continue
+        consumed, sha = seen.get("consumed"), seen.get("sha256")
+        if type(consumed) is not int or not isinstance(sha, str) or not 0 < consumed <= f.consumed:
+            continue
+        before = seen.get("earlier")
+        kept = [list(e) for e in before if _state(e)] if isinstance(before, list) else []
+        if consumed == f.consumed:
+            if sha == f.sha256 and kept:  # the same bytes (another file of the session changed)
+                out[f.path] = kept
+        elif _prefix_digest(Path(f.path), consumed, f.consumed, f.sha256) == sha:
+            out[f.path] = [*kept, [consumed, sha]][-MAX_EARLIER_STATES:]
+    return out
+
+
+def _state(value: object) -> bool:
+    return (isinstance(value, list) and len(value) == 2 and type(value[0]) is int and value[0] > 0
+            and isinstance(value[1], str))
+
+
+def _prefix_digest(path: Path, mark: int, length: int, whole: str) -> str | None:
+    """SHA-256 of the first ``mark`` bytes of ``path``, when its first ``length`` bytes hash to ``whole``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        digest = hashlib.sha256()
+        at_mark: str | None = None
+        pos = 0
+        while pos < length:
+            chunk = os.read(fd, min(length - pos, (mark - pos) if pos < mark else 1 << 20, 1 << 20))
+            if not chunk:
+                return None
+            digest.update(chunk)
+            pos += len(chunk)
+            if pos == mark:
+                at_mark = digest.hexdigest()
+        return at_mark if digest.hexdigest() == whole else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def same_path_older_copy(unit: SourceUnit, origin: Mapping[str, Any] | None) -> str | None:
+    """The file of ``unit`` that now holds exactly what an earlier import of this session read from that
+    very path (a ``[consumed, sha256]`` of its origin entry's ``earlier``: a strict byte prefix of what the
+    last import read there), when every other file of the unit holds what the last import read: an older
+    copy put back at the same path (restored from a backup, a sync conflict). None otherwise (a grown file,
+    a rewritten one, a file the record does not name)."""
+    files = origin.get("files") if origin is not None else None
+    if not isinstance(files, Mapping) or not unit.files or set(files) != {str(p) for p in unit.files}:
+        return None
+    older = None
+    for path in unit.files:
+        seen = files[str(path)]
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return None
+        if not isinstance(seen, Mapping) or not stat.S_ISREG(st.st_mode):
+            return None
+        if st.st_size == seen.get("size") and _fingerprint(path, int(seen.get("consumed", -1))) == seen.get("sha256"):
+            continue
+        earlier = seen.get("earlier")
+        digests = {e[1] for e in earlier if _state(e) and e[0] == st.st_size} if isinstance(earlier, list) else set()
+        if not digests or _fingerprint(path, st.st_size) not in digests:
+            return None
+        older = str(path)
+    return older
+
+
 def older_copy_of(unit: SourceUnit, origin: Mapping[str, Any] | None) -> str | None:
     """The file this session was last imported from, when ``unit``'s files are an older copy of it: each is
     another path than the import record's files, with the name of one of them, and its bytes are the start
@@ -311,6 +403,17 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
         report.older_copy = True
         report.message = f"an older copy of {newer}, which this session was imported from: nothing in it is new"
         return PreparedImport(report)
+    try:
+        put_back = same_path_older_copy(unit, origin["origin"]) if prior is None and row is not None and origin \
+            else None
+    except OSError as exc:
+        return PreparedImport(report.refuse("READ_ERROR", str(exc)))
+    if put_back is not None:
+        report.status = "unchanged"
+        report.older_copy = True
+        report.message = (f"{put_back} holds what an earlier import read from it, and this session was imported "
+                          "since from more of it: an older copy, nothing in it is new")
+        return PreparedImport(report)
     kept = kept_as_imported(unit, _imported_files(origin["origin"])) if row is not None and origin else None
     if kept is not None:  # e.g. subagent files without the main transcript the session was imported with
         report.status = "unchanged"
@@ -343,6 +446,8 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
         return PreparedImport(report.refuse(exc.code, exc.message))
     report = staged.report
     changed = staged.has_writes
+    if not dry_run and origin is not None:  # the origin row is written whether lines are or not
+        staged.earlier = earlier_states(report.files, origin["origin"])
     status = "new" if staged.kind == "new" else ("updated" if changed else "unchanged")
     if dry_run:
         report.status = f"would-{status}" if status != "unchanged" else "unchanged"

@@ -14,10 +14,13 @@ from __future__ import annotations
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from store.interchange.import_write import ImportTarget
+from store.interchange.importers.common import SessionReport
 from store.interchange.imports import import_root
 from store.transcripts.transcript import read_transcript
 from tests.samplekit import NOW
@@ -75,3 +78,79 @@ def test_a_copy_that_holds_more_is_imported(tmp_path: Path, untouched_samples: P
     (root / "-work-b" / NAME).write_bytes(data[:cut] + went_on)
     (again,) = import_root(db, "claude-code", root, target, now_ms=lambda: NOW).sessions
     assert again.session_id == rep.session_id and not again.older_copy and again.files
+
+
+def _import(db: sqlite3.Connection, root: Path, target: ImportTarget) -> SessionReport:
+    (rep,) = import_root(db, "claude-code", root, target, now_ms=lambda: NOW).sessions
+    return rep
+
+
+def _shown(target: ImportTarget, sid: str) -> list[dict[str, Any]]:
+    return [m.record for m in read_transcript(target.transcript(sid)).messages]
+
+
+def test_an_older_copy_put_back_at_the_same_path_changes_nothing(tmp_path: Path, untouched_samples: Path,
+                                                                 db: sqlite3.Connection,
+                                                                 target: ImportTarget) -> None:
+    """The same file, imported as turn1 then as turn2, then turn1 put back at that path (a backup restored, a
+    sync conflict): it is what an earlier import read there, a strict byte prefix of what the last one read,
+    so it is answered ``unchanged`` with ``olderCopy``, as a copy at another path is. Reproduces: its records
+    were written as replacements and the last tool call showed without its result again. The newer file put
+    back, and grown past it, imports what is new as usual."""
+    root = tmp_path / "projects"
+    (root / "-work-a").mkdir(parents=True)
+    path = root / "-work-a" / NAME
+    turn1, turn2 = (untouched_samples / TURN1).read_bytes(), (untouched_samples / TURN2).read_bytes()
+    assert turn2.startswith(turn1)
+    path.write_bytes(turn1)
+    assert _import(db, root, target).status == "new"
+    path.write_bytes(turn2)
+    rep = _import(db, root, target)
+    assert rep.status == "updated" and rep.new_messages == 11
+    sid = rep.session_id
+    size = target.transcript(sid).stat().st_size
+    for _ in range(2):
+        path.write_bytes(turn1)
+        again = _import(db, root, target)
+        assert again.status == "unchanged" and again.older_copy and not again.files
+        assert again.new_records == again.replaced_records == again.appended_bytes == 0
+        assert again.message is not None and str(path) in again.message
+        assert target.transcript(sid).stat().st_size == size
+    messages = _shown(target, sid)
+    tools = [m for m in messages if m["role"] == "tool"]
+    assert len(messages) == 26 and len(tools) == 14
+    assert all("result" in t["blocks"][0] for t in tools)  # the last call keeps its result
+
+    path.write_bytes(turn2)  # the newer one restored: nothing in it is new either
+    assert _import(db, root, target).status in ("unchanged", "updated")
+    assert target.transcript(sid).stat().st_size == size
+    last = orjson.loads(turn2.splitlines()[-1])
+    line = {**{k: last[k] for k in ("isSidechain", "userType", "cwd", "sessionId", "version", "gitBranch")},
+            "parentUuid": last["uuid"], "type": "user", "uuid": "0b9c6e2a-0000-4000-8000-00000000feed",
+            "timestamp": "2026-01-14T19:30:00.000Z", "message": {"role": "user", "content": "and one more"}}
+    path.write_bytes(turn2 + orjson.dumps(line) + b"\n")  # grown: the new prompt comes in
+    grown = _import(db, root, target)
+    assert grown.status == "updated" and grown.new_messages == 1 and not grown.older_copy
+    assert [m for m in _shown(target, sid) if m["role"] == "user"][-1]["blocks"][0]["text"] == "and one more"
+    path.write_bytes(turn1)  # still an older copy of the grown file
+    assert _import(db, root, target).older_copy
+
+
+def test_a_shorter_file_rewritten_at_the_same_path_is_read(tmp_path: Path, untouched_samples: Path,
+                                                            db: sqlite3.Connection, target: ImportTarget) -> None:
+    """A file made shorter by its tool (Claude Code's compaction, pi rewriting it) is no earlier state of it:
+    no byte prefix of what was read, it is read as before, never answered as an older copy."""
+    root = tmp_path / "projects"
+    (root / "-work-a").mkdir(parents=True)
+    path = root / "-work-a" / NAME
+    turn1, turn2 = (untouched_samples / TURN1).read_bytes(), (untouched_samples / TURN2).read_bytes()
+    path.write_bytes(turn1)
+    _import(db, root, target)
+    path.write_bytes(turn2)
+    _import(db, root, target)
+    cut = turn1.rindex(b"\n", 0, len(turn1) - 1) + 1
+    went_on = turn1[cut:].replace(b'"timestamp":"2026', b'"timestamp":"2027', 1)  # its last line differs
+    assert went_on != turn1[cut:] and len(went_on) == len(turn1) - cut  # as long as the earlier state, other bytes
+    path.write_bytes(turn1[:cut] + went_on)
+    again = _import(db, root, target)
+    assert not again.older_copy and again.files and again.status in ("unchanged", "updated")
