@@ -127,7 +127,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 20
+IMPORT_RULES = 21
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -188,7 +188,9 @@ and original file, a command's output streams) is its tool record's ``meta.toolU
 they differ from the line before, are the meta of the message the line becomes; they were dropped. A Claude Code
 ``document`` block (a PDF, a text file; in a prompt or a tool result) is a file attachment, its bytes a blob; it was
 counted as skipped. 20 = Claude Code: a ``toolUseResult`` past 256 KiB is kept whole as well, a JSON blob that the tool
-record's ``meta.toolUseResultBlob`` references (the cut ``meta.toolUseResult`` its preview); the rest was dropped."""
+record's ``meta.toolUseResultBlob`` references (the cut ``meta.toolUseResult`` its preview); the rest was dropped.
+21 = Claude Code: a ``permission-mode`` line's mode is the ``meta.permissionMode`` of the next user line's message
+when that line names no mode of its own; it was counted as skipped."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

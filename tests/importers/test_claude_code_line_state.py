@@ -12,6 +12,7 @@ Reproduces: both were dropped without a count.
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,38 @@ def test_a_todo_list_is_kept_when_it_changes(tmp_path: Path, db: sqlite3.Connect
     path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
     users = [m for m in _messages(db, target, path) if m["role"] == "user"]
     assert [(m.get("meta") or {}).get("todos") for m in users] == [None, todos, None, []]
+
+
+def test_a_permission_mode_line_is_kept_on_the_next_prompt(tmp_path: Path, db: sqlite3.Connection,
+                                                            target: ImportTarget) -> None:
+    """Claude Code writes a ``permission-mode`` line where the mode is set; a user line that names no mode of
+    its own takes it, as a change the user lines say is kept (``meta.permissionMode``). Reproduces: the line
+    was counted as skipped and the mode was nowhere."""
+    sid = "5c0375b4-57a5-4f26-b12d-d022ee4e5197"
+    path = tmp_path / "proj" / f"{sid}.jsonl"
+    path.parent.mkdir()
+    base = {"sessionId": sid, "cwd": "/w", "version": "2.1.80", "isSidechain": False, "userType": "external"}
+
+    def user(uuid: str, parent: str | None, n: int, **extra: Any) -> dict[str, Any]:
+        return {**base, "type": "user", "uuid": uuid, "parentUuid": parent, "timestamp": f"2026-01-01T00:00:0{n}Z",
+                "message": {"role": "user", "content": f"prompt {uuid}"}, **extra}
+
+    def reply(uuid: str, parent: str, n: int) -> dict[str, Any]:
+        return {**base, "type": "assistant", "uuid": uuid, "parentUuid": parent,
+                "timestamp": f"2026-01-01T00:00:0{n}Z",
+                "message": {"id": f"msg_{uuid}", "role": "assistant", "model": "claude-x",
+                            "content": [{"type": "text", "text": "ok"}]}}
+
+    def mode(name: str) -> dict[str, Any]:
+        return {"type": "permission-mode", "permissionMode": name, "sessionId": sid}
+
+    lines = [mode("plan"), user("u1", None, 0), reply("a1", "u1", 1),
+             mode("acceptEdits"), user("u2", "a1", 2), reply("a2", "u2", 3),
+             mode("bypassPermissions"), user("u3", "a2", 4, permissionMode="default"), reply("a3", "u3", 5),
+             user("u4", "a3", 6), reply("a4", "u4", 7), mode("plan")]
+    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    rep, messages = import_new(db, target, "claude-code", path)
+    users = [m for m in messages if m["role"] == "user"]
+    assert [(m.get("meta") or {}).get("permissionMode") for m in users] == ["plan", "acceptEdits", "default", None]
+    # the line's own mode wins (it was written under it); the last one has no later prompt: both counted
+    assert rep.files[0].skipped == Counter({"permission-mode(superseded)": 1, "permission-mode(no later message)": 1})

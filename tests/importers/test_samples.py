@@ -408,8 +408,10 @@ def test_dangling_parents_and_skips_are_reported_and_the_rest_imports(untouched_
     report = cc.files[0].to_dict()
     assert report["unknown"] == {}
     assert report["skipped"]["attachment"] == 37  # the 38th is a queued prompt (line 39): a user message
-    for kind in ("permission-mode", "worktree-state", "bridge-session", "pr-link", "frame-link"):
+    for kind in ("worktree-state", "bridge-session", "pr-link", "frame-link"):
         assert kind in report["skipped"], kind
+    # its permission-mode line (bypassPermissions) is a mode change; the next prompt says its own (ask): that wins
+    assert report["skipped"]["permission-mode(superseded)"] == 1 and "permission-mode" not in report["skipped"]
     assert cc.status == "new"
     title = rows(db, "SELECT title FROM sessions WHERE id = ?", cc.session_id)[0][0]
     assert title == "Stage0 small fixture"  # custom-title beats ai-title and the summary line

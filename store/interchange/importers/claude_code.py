@@ -27,7 +27,8 @@ One JSON object per line. What becomes what:
   human) and folds it into the running turn; it becomes a ``user`` message
   under that line's uuid. Every other attachment is counted as skipped.
 * ``permissionMode`` and ``todos`` (on every user line): where they change, ``meta.permissionMode`` /
-  ``meta.todos`` of the message the line becomes;
+  ``meta.todos`` of the message the line becomes; a ``permission-mode`` line's mode is such a change, taken by
+  the next user line that names no mode of its own;
 * ``gitBranch`` (on every line): the origin history's ``git`` (the branch last seen, every branch in order),
   served as ``historyGit``;
 * usage: each API response's ``usage`` (repeated on every line of the response)
@@ -1052,6 +1053,8 @@ class _FileConverter:
         self.pending: dict[str, Slot] = {}
         self.line_state: dict[str, Any] = {}
         """The ``permissionMode`` and ``todos`` the last converted user line carried (:meth:`state_change`)."""
+        self.announced_mode: str | None = None
+        """The mode of a ``permission-mode`` line no user line has taken yet (:meth:`state_change`)."""
         self.group: _Group | None = None
         self.compaction: Slot | None = None
         self.sidechains: dict[str, tuple[str | None, str]] = {}
@@ -1097,6 +1100,9 @@ class _FileConverter:
                 raise Refused("NOT_A_SESSION_FILE", f"{self.path} is not a Claude Code transcript")
             yield from self.emitter.ready()
         self.close()
+        if self.announced_mode is not None:
+            self.file.skipped["permission-mode(no later message)"] += 1
+            self.announced_mode = None
         yield from self.emitter.finish()
         file_report(reader, self.file)
         self.file.roots = self.chain.roots
@@ -1249,6 +1255,10 @@ class _FileConverter:
             self.meta.offer_title(rec.get("aiTitle"), 1, replace=True)
         elif kind == "attachment" and (prompt := _queued_prompt(rec)) is not None:
             self.queued_prompt(rec, prompt, offset, length, duplicate, ts)
+        elif kind == "permission-mode" and _mode(rec.get("permissionMode")) is not None:
+            if self.announced_mode is not None:
+                self.file.skipped["permission-mode(superseded)"] += 1
+            self.announced_mode = rec["permissionMode"]
         elif kind in SKIPPED_TYPES:
             if kind == "cost-state":
                 self.cost_state(rec)
@@ -1742,10 +1752,16 @@ class _FileConverter:
         the line was written under (``permissionMode``: default, plan, acceptEdits, ...) and the agent's todo
         list (``todos``; an empty list after a full one: cleared), for the meta of the message the line becomes
         (the first one, when it becomes several). Each line repeats them, so only a change is kept; a todo list
-        past ``MAX_META_VALUE_BYTES`` is counted (``todos(too large)``)."""
+        past ``MAX_META_VALUE_BYTES`` is counted (``todos(too large)``). A ``permission-mode`` line (Claude Code
+        writes one where the mode is set) is such a change too: the next user line that names no mode of its
+        own takes it; one that names another is what it was written under (``permission-mode(superseded)``)."""
         out: dict[str, Any] = {}
-        mode = rec.get("permissionMode")
-        if isinstance(mode, str) and mode and len(mode) <= 100 and self.line_state.get("permissionMode") != mode:
+        mode, announced = _mode(rec.get("permissionMode")), self.announced_mode
+        self.announced_mode = None
+        if announced is not None and mode is not None and mode != announced:
+            self.file.skipped["permission-mode(superseded)"] += 1
+        mode = mode or announced
+        if mode is not None and self.line_state.get("permissionMode") != mode:
             self.line_state["permissionMode"] = out["permissionMode"] = mode
         todos = rec.get("todos")
         if isinstance(todos, list) and todos != self.line_state.get("todos", []):
@@ -1844,6 +1860,11 @@ def _queued_prompt(rec: Mapping[str, Any]) -> str | list[Any] | None:
         return None
     prompt = attachment.get("prompt")
     return prompt if isinstance(prompt, (str, list)) and prompt else None
+
+
+def _mode(value: object) -> str | None:
+    """A permission mode as a line names it (default, plan, acceptEdits, ...), None when it names none."""
+    return value if isinstance(value, str) and value and len(value) <= 100 else None
 
 
 def _plain_text(content: Any) -> str | None:
