@@ -1,0 +1,280 @@
+"""Seed 003 §1.3 "Portable configuration sync" and protocol/README §8.7, read by an outsider: black-box
+against real ``pi-host serve`` processes (each test quotes the sentence it checks).
+
+What ``tests/config_sync`` leaves open and this module adds: the sync settings' place in SQLite (and only
+refs there); the WebDAV password and vault key in no file outside ``secrets/`` (logs included), in no answer
+and in no error; a refused bundle made by *another host* (not a hand-built one) leaving ``base.bin`` and
+everything else as it was; a SIGKILL at each temp-file step of ``pending.bin`` / ``pending.receipt`` /
+``base.bin`` (not only at the commit) leaving the old or the new file whole, and the keyed retry having one
+effect; the bundle files' modes, and that no plugin call or HTTP route hands them out; an apply touching no
+session row, transcript or schema; and bad ``bundleBase64`` input over the wire.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import sqlite3
+import stat
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, open_client
+from tests.acceptance.outsiderkit import data_dir, error_of, real_host, say
+from tests.hostkit import HostProcess, start_host_process
+from tests.pipeline import probe
+
+PASSWORD = "dav-pw-" + "Zq8Lm" * 6
+VAULT_KEY = base64.b64encode(hashlib.sha256(b"outsider vault key").digest()).decode()
+CLIENT = "outsider"
+
+
+@asynccontextmanager
+async def _client(proc: HostProcess, kind: str = "ui", plugin_id: str | None = None) -> AsyncIterator[HostClient]:
+    async with open_client(proc.url, proc.token, client_id=CLIENT, client_kind=kind, plugin_id=plugin_id) as c:
+        yield c
+
+
+def _outside_vault(data: Path) -> bytes:
+    """Every byte under the data directory but the encrypted secret store's own directory."""
+    return b"".join(p.read_bytes() for p in sorted(data.rglob("*"))
+                    if p.is_file() and p.relative_to(data).parts[0] != "secrets")
+
+
+def _db(data: Path, sql: str) -> list[Any]:
+    conn = sqlite3.connect(f"file:{data / 'pi.sqlite'}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def _b64(blob: bytes) -> str:
+    return base64.b64encode(blob).decode()
+
+
+# ------------------------------------------------------------------ where the settings and secrets live
+
+async def test_sync_settings_are_a_configSync_kv_row_and_the_secrets_go_nowhere_but_the_vault(
+        tmp_path: Path) -> None:
+    """§1.3: "Host-core stores sync configuration in the configSync key-value namespace. The vault key
+    reference and WebDAV password use the existing encrypted secret store." README §8.7: "keeps the sync
+    settings in kv(configSync, settings) (references only)"; README: "configSync [is] written only by [its]
+    own methods"; README configSync.get: "refs only, never a secret"."""
+    data = data_dir(tmp_path)
+    proc = start_host_process(data)
+    try:
+        with trio.fail_after(60):
+            async with _client(proc) as c:
+                answer = await c.call("configSync.configure", {
+                    "enabled": True, "webdavUrl": "https://dav.example/pi", "webdavUsername": "ada",
+                    "webdavPassword": PASSWORD, "vaultKey": VAULT_KEY, "submissionId": "cfg-1"})
+                got = await c.call("configSync.get", {})
+                refusals = [
+                    await error_of(c, "configSync.configure", {"webdavUrl": f"https://ada:{PASSWORD}@dav.example/pi",
+                                                               "webdavPassword": PASSWORD}),
+                    await error_of(c, "configSync.configure", {"webdavPassword": PASSWORD * 3000}),
+                    await error_of(c, "configSync.configure", {"vaultKey": VAULT_KEY[:-2] + "!!",
+                                                               "webdavPassword": PASSWORD}),
+                    await error_of(c, "configSync.configure", {"webdavPassword": PASSWORD + "x",
+                                                               "submissionId": "cfg-1"}),
+                    await error_of(c, "settings.set", {"ns": "configSync", "key": "settings",
+                                                       "value": {"webdavPassword": PASSWORD}}),
+                ]
+                for code, err in refusals:
+                    assert code is not None, "a bad configure was accepted"
+                    assert PASSWORD not in repr(err) and VAULT_KEY not in repr(err), err
+                assert await c.call("configSync.get", {}) == got, "a refused write changed the sync settings"
+                exported = await c.call("configSync.export", {"submissionId": "exp-1"})
+                applied = await c.call("configSync.apply", {"bundleBase64": exported["bundleBase64"],
+                                                            "submissionId": "ap-1"})
+                again = await c.call("configSync.configure", {"enabled": False})
+        assert proc.terminate() == 0  # a clean stop: the logs are flushed
+    finally:
+        if proc.proc.poll() is None:
+            proc.kill9()
+    for said in (answer, got, again, exported, applied):
+        assert PASSWORD not in repr(said) and VAULT_KEY not in repr(said)
+    assert answer["settings"] == {"enabled": True, "webdavUrl": "https://dav.example/pi", "webdavUsername": "ada",
+                                  "vaultKeyRef": "configSync/vaultKey",
+                                  "webdavPasswordRef": "configSync/webdavPassword"}
+    assert answer["hasVaultKey"] and answer["hasWebdavPassword"]
+    rows = _db(data, "SELECT ns, key FROM kv WHERE value_json LIKE '%dav.example%'")
+    assert rows == [("configSync", "settings")], rows
+    outside = _outside_vault(data)
+    assert (data / "logs").is_dir()
+    for value in (PASSWORD.encode(), VAULT_KEY.encode(), base64.b64decode(VAULT_KEY)):
+        assert value not in outside, "a sync secret left the secret store (SQLite, logs, bundles ...)"
+        assert not [p for p in (data / "secrets").rglob("*") if p.is_file() and value in p.read_bytes()], (
+            "the secret store keeps a sync secret in plaintext")
+
+
+# ------------------------------------------------------------------ refused bundles
+
+async def _configured_with_bundle(data: Path, c: HostClient) -> str:
+    await c.call("configSync.configure", {"vaultKey": VAULT_KEY})
+    await c.call("settings.set", {"key": "largePasteThreshold", "value": 900})
+    bundle: str = (await c.call("configSync.export", {}))["bundleBase64"]
+    await c.call("configSync.apply", {"bundleBase64": bundle})  # base.bin holds it
+    await c.call("settings.set", {"key": "largePasteThreshold", "value": 42})  # after the export
+    return bundle
+
+
+async def test_a_flipped_truncated_or_foreign_bundle_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    """§1.3: "config-sync/base.bin and config-sync/pending.bin are authenticated encrypted bundles". README
+    §8.7: "A changed byte, a truncated bundle or one made with another vault key is CORRUPT_DATA (data.reason
+    tampered / foreign_key) ... each changes nothing." The foreign bundle is a real one another host made."""
+    other = tmp_path / "other"
+    other.mkdir()
+    with trio.fail_after(60):
+        async with real_host(other) as (_p, c):
+            await c.call("configSync.configure", {})  # a vault key of its own
+            await c.call("settings.set", {"key": "largePasteThreshold", "value": 7})
+            foreign = base64.b64decode((await c.call("configSync.export", {}))["bundleBase64"])
+        data = data_dir(tmp_path)
+        async with real_host(data) as (_p, c):
+            good = base64.b64decode(await _configured_with_bundle(data, c))
+            before = probe.state(data)
+            base = (data / "config-sync" / "base.bin").read_bytes()
+            cases: dict[str, tuple[bytes, str]] = {"foreign": (foreign, "foreign_key")}
+            for where in (0, 20, len(good) // 2, len(good) - 1):
+                bad = bytearray(good)
+                bad[where] ^= 0x40
+                cases[f"byte {where} flipped"] = (bytes(bad), "foreign_key" if 8 <= where < 16 else "tampered")
+            for cut in (1, 16, len(good) // 2, len(good) - 10):
+                cases[f"cut to {cut}"] = (good[:cut], "tampered")
+            cases["two bundles glued"] = (good + good, "tampered")
+            for name, (blob, _reason) in cases.items():
+                code, err = await error_of(c, "configSync.apply", {"bundleBase64": _b64(blob),
+                                                                   "submissionId": f"bad-{name}"})
+                assert code == "CORRUPT_DATA", (name, code, err)
+                assert err.get("reason") in ("tampered", "foreign_key"), (name, err)
+                if name == "foreign":
+                    assert err["reason"] == "foreign_key", err
+                assert probe.state(data) == before, f"the {name} bundle changed something"
+            assert (data / "config-sync" / "base.bin").read_bytes() == base
+            assert (await c.call("settings.get", {"key": "largePasteThreshold"}))["value"] == 42
+            # the good bundle still applies (nothing was poisoned by the refusals)
+            await c.call("configSync.apply", {"bundleBase64": _b64(good)})
+            assert (await c.call("settings.get", {"key": "largePasteThreshold"}))["value"] == 900
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param({"bundleBase64": "not base64!"}, id="not-base64"),
+    pytest.param({"bundleBase64": "QUJD\nREVG"}, id="newline-inside"),
+    pytest.param({"bundleBase64": "QUJDRA="}, id="bad-padding"),
+    pytest.param({"bundleBase64": ""}, id="empty"),
+    pytest.param({"bundleBase64": 12345}, id="a-number"),
+    pytest.param({"bundleBase64": None}, id="null"),
+    pytest.param({"bundleBase64": ["QUJD"]}, id="a-list"),
+    pytest.param({"bundleBase64": {"b": "QUJD"}}, id="an-object"),
+    pytest.param({}, id="missing"),
+    pytest.param({"bundleBase64": "QUJD", "submissionId": 7}, id="submissionId-a-number"),
+    pytest.param({"bundleBase64": "A" * 5592412}, id="past-the-field-length"),
+])
+async def test_bad_bundle_input_is_a_clear_error_and_changes_nothing(tmp_path: Path, bad: dict[str, Any]) -> None:
+    """README configSync.apply: "bundleBase64 | string | yes | min length 1, max length 5592409"; the limits
+    table: "INVALID_PARAMS once its bundleBase64 text is past the field's length". Bad input is refused before
+    anything is written."""
+    data = data_dir(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(data) as (_p, c):
+            await _configured_with_bundle(data, c)
+            before = probe.state(data)
+            code, err = await error_of(c, "configSync.apply", bad)
+            assert code == "INVALID_PARAMS", (code, err)
+            assert probe.state(data) == before
+
+
+# ------------------------------------------------------------------ not renderer- or sidecar-readable
+
+async def test_the_bundle_files_are_owner_only_and_no_plugin_call_or_http_route_serves_them(tmp_path: Path) -> None:
+    """§1.3: "they are not renderer- or sidecar-readable files". README: "Every other route answers a plugin
+    PERMISSION_DENIED"; "No method returns the files themselves or a secret value"."""
+    data = data_dir(tmp_path)
+    with trio.fail_after(60):
+        proc = start_host_process(data)
+        try:
+            async with _client(proc) as c:
+                await c.call("configSync.configure", {"vaultKey": VAULT_KEY, "webdavPassword": PASSWORD})
+                bundle = (await c.call("configSync.export", {"submissionId": "e"}))["bundleBase64"]
+                await c.call("configSync.apply", {"bundleBase64": bundle})
+            folder = data / "config-sync"
+            assert stat.S_IMODE(folder.stat().st_mode) & 0o077 == 0, oct(folder.stat().st_mode)
+            for p in folder.iterdir():
+                assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, (p.name, oct(p.stat().st_mode))
+            assert {"base.bin", "pending.bin"} <= {p.name for p in folder.iterdir()}
+            async with _client(proc, kind="plugin", plugin_id="acme.tools") as plugin:
+                for method, params in (("configSync.get", {}), ("configSync.export", {}),
+                                       ("configSync.apply", {"bundleBase64": bundle}),
+                                       ("configSync.configure", {"enabled": False}),
+                                       ("settings.get", {"ns": "configSync", "key": "settings"}),
+                                       ("secrets.get", {"ref": "configSync/vaultKey"}),
+                                       ("secrets.get", {"ref": "configSync/webdavPassword"})):
+                    code, err = await error_of(plugin, method, params)
+                    assert code == "PERMISSION_DENIED", (method, code, err)
+            http = "http" + proc.url.removeprefix("ws")
+            blob = base64.b64decode(bundle)
+            for path in ("/config-sync/pending.bin", "/config-sync/base.bin", "/pending.bin", "/base.bin",
+                         "/../config-sync/pending.bin", "/%2e%2e/config-sync/base.bin", "/pi.sqlite",
+                         f"/pending.bin?token={proc.token}"):
+                def fetch(url: str = http + path) -> tuple[int, bytes]:
+                    try:
+                        with urllib.request.urlopen(url, timeout=10) as reply:  # noqa: S310 - the host's own url
+                            return reply.status, reply.read()
+                    except urllib.error.HTTPError as refused:
+                        return refused.code, refused.read()
+                status, body = await trio.to_thread.run_sync(fetch)
+                assert status != 200 and blob[:64] not in body, (path, status)
+        finally:
+            proc.kill9()
+
+
+# ------------------------------------------------------------------ no schema, session or transcript change
+
+async def test_an_apply_touches_no_session_row_no_transcript_and_not_the_schema(tmp_path: Path) -> None:
+    """§1.3: "Sync revisions and resources remain remote immutable objects and do not change the SQLite
+    schema or transcript retention." An apply of a bundle another host made, with projects and settings,
+    leaves every session row, every transcript byte and the schema as they were."""
+    source = tmp_path / "source"
+    source.mkdir()
+    with trio.fail_after(90):
+        async with real_host(source) as (_p, c):
+            await c.call("configSync.configure", {"vaultKey": VAULT_KEY})
+            await c.call("settings.set", {"key": "largePasteThreshold", "value": 1234})
+            await c.call("workspace.open", {"path": str(tmp_path / "proj")})
+            await c.call("session.create", {"sessionId": "elsewhere", "title": "not portable"})
+            await say(c, "elsewhere", "x1", "from the other device")
+            bundle = (await c.call("configSync.export", {}))["bundleBase64"]
+        data = data_dir(tmp_path)
+        async with real_host(data) as (_p, c):
+            await c.call("configSync.configure", {"vaultKey": VAULT_KEY})
+            await c.call("session.create", {"sessionId": "s1", "title": "Local"})
+            await say(c, "s1", "m1", "hello")
+            await say(c, "s1", "m2", "hi", "assistant")
+            session_before = await c.call("session.get", {"sessionId": "s1"})
+
+            def snapshot() -> dict[str, Any]:
+                state = probe.state(data)
+                return {"schema": _db(data, "SELECT type, name, sql FROM sqlite_master ORDER BY name"),
+                        "version": _db(data, "PRAGMA user_version"),
+                        "sessionTables": {t: rows for t, rows in state["db"].items()
+                                          if t.startswith(("session", "message", "turn"))},
+                        "sessionFiles": {p: d for p, d in state["files"].items() if p.startswith("sessions")}}
+
+            before = snapshot()
+            assert before["sessionFiles"], "no transcript to compare"
+            out = await c.call("configSync.apply", {"bundleBase64": bundle, "submissionId": "ap"})
+            assert out["applied"]["projects"] == 1
+            assert (await c.call("settings.get", {"key": "largePasteThreshold"}))["value"] == 1234
+            assert snapshot() == before
+            assert await c.call("session.get", {"sessionId": "s1"}) == session_before
+            listed = [s["id"] for s in (await c.call("session.list", {}))["sessions"]]
+            assert listed == ["s1"], listed
