@@ -168,12 +168,14 @@ async def export(ctx: HostContext, p: m.ConfigSyncExportParams, key: ReceiptKey 
     now = ctx.now()
     doc = await ctx.read(sync.export_portable, now, current_platform())
     blob = sync.encode_bundle(vault_key, doc)
-    await ctx.in_thread(sync.write_bundle, directory, sync.PENDING_FILE, blob)
+    faults = ctx.services.faults
+    await ctx.in_thread(lambda: sync.write_bundle(directory, sync.PENDING_FILE, blob, faults=faults))
     result = {"bundleBase64": base64.b64encode(blob).decode("ascii"), "sha256": hashlib.sha256(blob).hexdigest(),
               "bytes": len(blob), "exportedAt": now}
     if key is not None:
         said_now = {k: result[k] for k in ("sha256", "bytes", "exportedAt")}
-        await ctx.in_thread(sync.write_export_receipt, directory, file_record(key, response=said_now))
+        record = file_record(key, response=said_now)
+        await ctx.in_thread(lambda: sync.write_export_receipt(directory, record, faults=faults))
     return await ctx.commit(lambda conn: result)
 
 
@@ -197,15 +199,17 @@ async def apply(ctx: HostContext, p: m.ConfigSyncApplyParams, key: ReceiptKey | 
         return {"sha256": digest, "applied": applied}
 
     vault: Vault = ctx.services.get(VAULT)
-    directory = ctx.services.data_dir.root / "config-sync"
+    directory, faults = ctx.services.data_dir.root / "config-sync", ctx.services.faults
     async with vault.lock:
         previous = await ctx.in_thread(sync.read_bundle, directory, sync.BASE_FILE)
-        await ctx.in_thread(sync.write_bundle, directory, sync.BASE_FILE, blob)  # what the commit makes true
+        # what the commit makes true
+        await ctx.in_thread(lambda: sync.write_bundle(directory, sync.BASE_FILE, blob, faults=faults))
         try:
             result = await ctx.commit(effect)
         except StoreError:
             if refused:
-                await ctx.in_thread(sync.restore_bundle, directory, sync.BASE_FILE, previous)
+                await ctx.in_thread(lambda: sync.restore_bundle(directory, sync.BASE_FILE, previous,
+                                                                faults=faults))
             raise
     for ns in sync.MERGED_NAMESPACES:  # every kind of thing the merge writes: reload it
         ctx.publish("settings.changed", {"ns": ns, "keys": []})

@@ -52,6 +52,7 @@ from store.errors import (
     PayloadTooLarge,
     classify_os_error,
 )
+from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, open_nofollow, remove_file_durable
 from store.indexing import index
 from store.project_memory import EMPTY, normalize_memory
@@ -169,9 +170,11 @@ def decode_bundle(key: bytes, blob: bytes) -> dict[str, Any]:
     return doc
 
 
-def write_bundle(directory: Path, name: str, blob: bytes) -> None:
+def write_bundle(directory: Path, name: str, blob: bytes, *, faults: Faults = NO_FAULTS) -> None:
+    """Replace the bundle file ``name`` with ``blob`` (temp file + rename; fault points
+    ``configSync.<name>.after_tmp_write`` ... ``before_dirsync``)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    atomic_write(directory / name, blob, point_prefix=f"configSync.{name}")
+    atomic_write(directory / name, blob, faults=faults, point_prefix=f"configSync.{name}")
 
 
 def read_bundle(directory: Path, name: str) -> bytes | None:
@@ -193,12 +196,12 @@ def _read_small(path: Path, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def restore_bundle(directory: Path, name: str, previous: bytes | None) -> None:
+def restore_bundle(directory: Path, name: str, previous: bytes | None, *, faults: Faults = NO_FAULTS) -> None:
     """Put back what :func:`read_bundle` found (``None``: remove the file), durably."""
     if previous is None:
         remove_file_durable(directory / name)
     else:
-        write_bundle(directory, name, previous)
+        write_bundle(directory, name, previous, faults=faults)
 
 
 EXPORT_RECEIPT_FILE: Final = "pending.receipt"
@@ -210,10 +213,10 @@ The export's receipt row is a database row: after the database was lost, its ret
 _MAX_EXPORT_RECEIPT: Final = 64 * 1024
 
 
-def write_export_receipt(directory: Path, record: Mapping[str, Any]) -> None:
+def write_export_receipt(directory: Path, record: Mapping[str, Any], *, faults: Faults = NO_FAULTS) -> None:
     """Record the keyed export whose bundle ``pending.bin`` holds now (durable: temp file + rename)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    atomic_write(directory / EXPORT_RECEIPT_FILE, orjson.dumps(dict(record)) + b"\n",
+    atomic_write(directory / EXPORT_RECEIPT_FILE, orjson.dumps(dict(record)) + b"\n", faults=faults,
                  point_prefix="configSync.pending.receipt")
 
 

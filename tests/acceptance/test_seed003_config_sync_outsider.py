@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import shutil
 import sqlite3
 import stat
 import urllib.error
@@ -28,7 +29,7 @@ import trio
 
 from runtime.client import HostClient, open_client
 from tests.acceptance.outsiderkit import data_dir, error_of, real_host, say
-from tests.hostkit import HostProcess, start_host_process
+from tests.hostkit import HostProcess, call_killed_at, start_host_process
 from tests.pipeline import probe
 
 PASSWORD = "dav-pw-" + "Zq8Lm" * 6
@@ -191,6 +192,91 @@ async def test_bad_bundle_input_is_a_clear_error_and_changes_nothing(tmp_path: P
             code, err = await error_of(c, "configSync.apply", bad)
             assert code == "INVALID_PARAMS", (code, err)
             assert probe.state(data) == before
+
+
+# ------------------------------------------------------------------ crashes at every step of the bundle files
+
+_STEPS = ("after_tmp_write", "after_tmp_fsync", "after_rename", "before_dirsync")
+EXPORT_POINTS = [*(f"configSync.pending.bin.{s}" for s in _STEPS),
+                 *(f"configSync.pending.receipt.{s}" for s in _STEPS),
+                 "configSync.export.before_commit", "configSync.export.after_commit"]
+APPLY_POINTS = [*(f"configSync.base.bin.{s}" for s in _STEPS)]
+
+
+@pytest.fixture(scope="module")
+def synced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A data directory whose ``pending.bin`` and ``base.bin`` hold bundle ``old`` (a provider-less
+    configuration) and a bundle ``new`` (with provider ``local``) exported before the provider was deleted."""
+    root = tmp_path_factory.mktemp("synced") / "data"
+    root.mkdir()
+
+    async def make() -> dict[str, str]:
+        async with real_host(root, client_id=CLIENT) as (_p, c):
+            await c.call("configSync.configure", {"vaultKey": VAULT_KEY})
+            await c.call("settings.set", {"key": "largePasteThreshold", "value": 900})
+            await c.call("providers.create", {"id": "local", "name": "Local", "baseUrl": "http://127.0.0.1:8080/v1"})
+            new = (await c.call("configSync.export", {}))["bundleBase64"]
+            await c.call("providers.delete", {"providerId": "local"})
+            old = (await c.call("configSync.export", {}))["bundleBase64"]
+            await c.call("configSync.apply", {"bundleBase64": old})
+            return {"old": old, "new": new}
+
+    return root, trio.run(make)
+
+
+def _copy(synced: tuple[Path, dict[str, str]], tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    shutil.copytree(synced[0], data)
+    (data / "host.json").unlink(missing_ok=True)
+    return data
+
+
+@pytest.mark.parametrize("point", EXPORT_POINTS)
+async def test_an_export_killed_at_any_step_leaves_pending_whole_and_its_retry_has_one_effect(
+        tmp_path: Path, synced: tuple[Path, dict[str, str]], point: str) -> None:
+    """§1.3: "config-sync/base.bin and config-sync/pending.bin are authenticated encrypted bundles replaced
+    with temp-file rename". README: "A retry with the same clientId + submissionId returns the stored
+    response"; configSync.export row: "A retry after a crash before the commit ... answers the bundle
+    pending.bin still holds and writes nothing; once another export replaced it, the retry exports again"."""
+    data = _copy(synced, tmp_path)
+    old = base64.b64decode(synced[1]["old"])
+    pending = data / "config-sync" / "pending.bin"
+    keyed = {"submissionId": "exp-crash"}
+    with trio.fail_after(90):
+        await call_killed_at(data, point, "configSync.export", keyed, client_id=CLIENT)
+        left = pending.read_bytes()
+        async with real_host(data, client_id=CLIENT) as (_p, c):
+            first = await c.call("configSync.export", keyed)
+            assert await c.call("configSync.export", keyed) == first, "the retry did not answer the same"
+            assert pending.read_bytes() == base64.b64decode(first["bundleBase64"]), "pending.bin is not the answer"
+            assert first["sha256"] == hashlib.sha256(pending.read_bytes()).hexdigest()
+            # what the crash left was a whole bundle: the old one, or one this host verifies and applies
+            if left != old:
+                await c.call("configSync.apply", {"bundleBase64": _b64(left)})
+            await c.call("configSync.apply", {"bundleBase64": first["bundleBase64"]})
+    assert not [p.name for p in (data / "config-sync").iterdir() if ".tmp" in p.name], "a temp file stayed"
+
+
+@pytest.mark.parametrize("point", APPLY_POINTS)
+async def test_an_apply_killed_at_any_step_leaves_base_whole_and_its_retry_has_one_effect(
+        tmp_path: Path, synced: tuple[Path, dict[str, str]], point: str) -> None:
+    """§1.3: "... authenticated encrypted bundles replaced with temp-file rename". README configSync.apply
+    row: "config-sync/base.bin is written before the merge commits with the receipt ...; a retry after a crash
+    before the commit applies the same bundle again"."""
+    data = _copy(synced, tmp_path)
+    old, new = (base64.b64decode(synced[1][k]) for k in ("old", "new"))
+    base = data / "config-sync" / "base.bin"
+    keyed = {"bundleBase64": synced[1]["new"], "submissionId": "ap-crash"}
+    with trio.fail_after(90):
+        await call_killed_at(data, point, "configSync.apply", keyed, client_id=CLIENT)
+        assert base.read_bytes() in (old, new), "the crash left base.bin neither old nor new"
+        async with real_host(data, client_id=CLIENT) as (_p, c):
+            first = await c.call("configSync.apply", keyed)
+            assert await c.call("configSync.apply", keyed) == first
+            assert first["sha256"] == hashlib.sha256(new).hexdigest()
+            assert [p["id"] for p in (await c.call("providers.list", {}))["providers"]] == ["local"]
+            assert base.read_bytes() == new
+    assert not [p.name for p in (data / "config-sync").iterdir() if ".tmp" in p.name], "a temp file stayed"
 
 
 # ------------------------------------------------------------------ not renderer- or sidecar-readable

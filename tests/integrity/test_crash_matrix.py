@@ -107,12 +107,14 @@ MATRIX: dict[str, tuple[str, ...]] = {
     "collab.cancel": (*INDEX, *_commit("collab.cancel"), "queue.between_effects", "queue.after_apply"),
     "collab.deliver": (*INDEX, *_commit("collab.deliver"), "queue.between_effects", "queue.after_apply"),
     "collab.settle": (*INDEX, *_commit("collab.settle"), "queue.between_effects", "queue.after_apply"),
-    "configSync.apply": (*INDEX, *_commit("configSync.apply")),
+    "configSync.apply": (*INDEX, *_commit("configSync.apply"), *_file("configSync.base.bin")),
     "configSync.configure": (
         *INDEX, *_commit("configSync.configure"), *_file("secrets.write"), "secrets.write.after_tmp_write#2",
         "secrets.write.after_tmp_fsync#2", "secrets.write.after_rename#2", "secrets.write.before_dirsync#2"
     ),
-    "configSync.export": (*INDEX, *_commit("configSync.export")),
+    "configSync.export": (
+        *INDEX, *_commit("configSync.export"), *_file("configSync.pending.bin"), *_file("configSync.pending.receipt")
+    ),
     "import.sessions": (
         *INDEX, *_commit("import.sessions"), "index.before_commit#2", "index.after_commit#2", "import.after_link"
     ),
@@ -237,6 +239,7 @@ MATRIX: dict[str, tuple[str, ...]] = {
     "tasks.update": (*INDEX,),
     "workspace.open": (*INDEX,),
 }
+OUTSIDER_SYNC = "acceptance/test_seed003_config_sync_outsider.py"
 # The cells another module kills and then retries before this one existed: (method, point) -> that module
 # (found by its arming the point within a few lines of calling the method). They run here too, marked slow.
 ELSEWHERE: dict[tuple[str, str], str] = {
@@ -266,6 +269,18 @@ ELSEWHERE: dict[tuple[str, str], str] = {
     ("collab.settle", "collab.settle.after_commit"): "collab/test_crash_retry.py",
     ("configSync.apply", "configSync.apply.before_commit"): "config_sync/test_apply_crash.py",
     ("configSync.apply", "configSync.apply.after_commit"): "config_sync/test_apply_crash.py",
+    ("configSync.apply", "configSync.base.bin.after_tmp_write"): OUTSIDER_SYNC,
+    ("configSync.apply", "configSync.base.bin.after_tmp_fsync"): OUTSIDER_SYNC,
+    ("configSync.apply", "configSync.base.bin.after_rename"): OUTSIDER_SYNC,
+    ("configSync.apply", "configSync.base.bin.before_dirsync"): OUTSIDER_SYNC,
+    ("configSync.export", "configSync.pending.bin.after_tmp_write"): OUTSIDER_SYNC,
+    ("configSync.export", "configSync.pending.bin.after_tmp_fsync"): OUTSIDER_SYNC,
+    ("configSync.export", "configSync.pending.bin.after_rename"): OUTSIDER_SYNC,
+    ("configSync.export", "configSync.pending.bin.before_dirsync"): OUTSIDER_SYNC,
+    ("configSync.export", "configSync.pending.receipt.after_tmp_write"): OUTSIDER_SYNC,
+    ("configSync.export", "configSync.pending.receipt.after_tmp_fsync"): OUTSIDER_SYNC,
+    ("configSync.export", "configSync.pending.receipt.after_rename"): OUTSIDER_SYNC,
+    ("configSync.export", "configSync.pending.receipt.before_dirsync"): OUTSIDER_SYNC,
     ("import.sessions", "index.before_commit"): "chaos/test_file_first_kill.py",
     ("import.sessions", "index.after_commit"): "chaos/test_file_first_kill.py",
     ("import.sessions", "import.after_link"): "chaos/test_file_first_kill.py",
