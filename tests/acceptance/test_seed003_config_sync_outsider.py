@@ -364,3 +364,41 @@ async def test_an_apply_touches_no_session_row_no_transcript_and_not_the_schema(
             assert await c.call("session.get", {"sessionId": "s1"}) == session_before
             listed = [s["id"] for s in (await c.call("session.list", {}))["sessions"]]
             assert listed == ["s1"], listed
+
+
+# ------------------------------------------------------------------ keyed retries without a crash
+
+async def test_a_keyed_retry_is_answered_from_its_receipt_and_another_request_under_its_key_is_refused(
+        tmp_path: Path) -> None:
+    """README: "A retry with the same clientId + submissionId returns the stored response" (and the
+    methods list IDEMPOTENCY_CONFLICT): a keyed export retried after another export replaced pending.bin
+    answers its own bundle and writes nothing; the same key with another bundle is refused and changes
+    nothing; another client's same submissionId is a request of its own."""
+    data = data_dir(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(data, client_id=CLIENT) as (proc, c):
+            await c.call("configSync.configure", {"vaultKey": VAULT_KEY})
+            first = await c.call("configSync.export", {"submissionId": "k-exp"})
+            await c.call("settings.set", {"key": "largePasteThreshold", "value": 777})
+            later = await c.call("configSync.export", {})
+            pending = data / "config-sync" / "pending.bin"
+            assert pending.read_bytes() == base64.b64decode(later["bundleBase64"])
+            assert await c.call("configSync.export", {"submissionId": "k-exp"}) == first
+            assert pending.read_bytes() == base64.b64decode(later["bundleBase64"]), "the retry wrote pending.bin"
+            applied = await c.call("configSync.apply", {"bundleBase64": first["bundleBase64"], "submissionId": "k-ap"})
+            assert applied["sha256"] == first["sha256"]
+            before = probe.state(data)
+            code, err = await error_of(c, "configSync.apply", {"bundleBase64": later["bundleBase64"],
+                                                               "submissionId": "k-ap"})
+            assert code == "IDEMPOTENCY_CONFLICT", (code, err)
+            assert probe.state(data) == before
+            assert await c.call("configSync.apply", {"bundleBase64": first["bundleBase64"],
+                                                     "submissionId": "k-ap"}) == applied
+            async with _client(proc) as same_id:  # the same clientId: the same receipts
+                assert await same_id.call("configSync.apply", {"bundleBase64": first["bundleBase64"],
+                                                               "submissionId": "k-ap"}) == applied
+            async with open_client(proc.url, proc.token, client_id="another", client_kind="ui") as other:
+                mine = await other.call("configSync.apply", {"bundleBase64": later["bundleBase64"],
+                                                            "submissionId": "k-ap"})
+                assert mine["sha256"] == later["sha256"]
+            assert (data / "config-sync" / "base.bin").read_bytes() == base64.b64decode(later["bundleBase64"])
