@@ -402,3 +402,47 @@ async def test_a_keyed_retry_is_answered_from_its_receipt_and_another_request_un
                                                             "submissionId": "k-ap"})
                 assert mine["sha256"] == later["sha256"]
             assert (data / "config-sync" / "base.bin").read_bytes() == base64.b64decode(later["bundleBase64"])
+
+
+@pytest.mark.parametrize("spec", ["secrets.write.after_tmp_write:1:enospc", "secrets.write.after_tmp_fsync:1:eio",
+                                  "configSync.configure.before_commit:1:eio",
+                                  "configSync.pending.bin.after_tmp_write:1:enospc",
+                                  "configSync.base.bin.after_tmp_fsync:1:eio"])
+async def test_a_storage_error_while_syncing_never_carries_a_secret_and_the_retry_lands_once(
+        tmp_path: Path, spec: str) -> None:
+    """§1.3 "The vault key reference and WebDAV password use the existing encrypted secret store" with
+    README: "a failed write is rolled back" and "A retry with the same clientId + submissionId returns the
+    stored response": a configure, export or apply failing on a full or failing disk answers a storage code
+    whose message and data name no secret, leaves the sync state as it was, and its retry lands once."""
+    data = data_dir(tmp_path)
+    point = spec.split(":")[0]
+    env = {"RT_CRASHPOINT": spec}
+    with trio.fail_after(60):
+        if point.startswith(("configSync.pending", "configSync.base")):
+            async with real_host(data, client_id=CLIENT) as (_p, c):
+                await c.call("configSync.configure", {"vaultKey": VAULT_KEY, "webdavPassword": PASSWORD})
+                bundle = (await c.call("configSync.export", {}))["bundleBase64"]
+        proc = start_host_process(data, env=env)
+        try:
+            async with _client(proc) as c:
+                if point.startswith("configSync.pending"):
+                    method, params = "configSync.export", {"submissionId": "k"}
+                elif point.startswith("configSync.base"):
+                    method, params = "configSync.apply", {"bundleBase64": bundle, "submissionId": "k"}
+                else:
+                    method = "configSync.configure"
+                    params = {"vaultKey": VAULT_KEY, "webdavPassword": PASSWORD, "submissionId": "k"}
+                before = await c.call("configSync.get", {})
+                code, err = await error_of(c, method, params)
+                assert code in ("STORAGE_FULL", "IO_ERROR"), (code, err)
+                assert PASSWORD not in repr(err) and VAULT_KEY not in repr(err), err
+                assert await c.call("configSync.get", {}) == before, "the failed call changed the sync state"
+                retried = await c.call(method, params)
+                assert await c.call(method, params) == retried
+                assert PASSWORD not in repr(retried) and VAULT_KEY not in repr(retried)
+                if method == "configSync.configure":
+                    assert retried["hasWebdavPassword"] and retried["hasVaultKey"]
+                    got = await c.call("secrets.get", {"ref": "configSync/webdavPassword"})
+                    assert got["value"] == PASSWORD
+        finally:
+            proc.kill9()
