@@ -17,8 +17,10 @@
   is ``CORRUPT_DATA`` and changes nothing), kept as ``config-sync/base.bin``
   (temp + rename, durable) *before* the merge commits in ONE transaction with
   the receipt: base.bin is what the commit makes true, so a crash after the
-  commit cannot leave a receipt whose retry never writes it. A merge the rules
-  refuse puts the previous base.bin back; a crash (or an I/O failure) before the
+  commit cannot leave a receipt whose retry never writes it. The merge's rules
+  are checked (and rolled back) before base.bin is written: a bundle they refuse
+  never becomes base.bin, not even across a crash. A merge refused at the
+  commit all the same (a write in between) puts the previous base.bin back; a crash (or an I/O failure) before the
   commit leaves the new one, which the retry (no receipt: it runs again) makes
   true. Applying the same bundle again changes nothing more (idempotent by
   construction). Applies run one at a time (the vault lock), so a refusal
@@ -40,6 +42,7 @@ from typing import Any
 
 from protocol import models as m
 from runtime.context import HostContext, Services
+from store import receipts
 from store.config import config_sync as sync
 from store.config import secrets as secret_store
 from store.config.providers import validate_base_url
@@ -179,6 +182,12 @@ async def export(ctx: HostContext, p: m.ConfigSyncExportParams, key: ReceiptKey 
     return await ctx.commit(lambda conn: result)
 
 
+def _check(conn: Any, key: ReceiptKey | None, doc: dict[str, Any], now: int, platform: str) -> None:
+    """The merge's rules, checked and rolled back (a retry of an apply that committed: its receipt answers)."""
+    if key is None or receipts.check(conn, key) is None:
+        sync.check_portable(conn, doc, now, platform)
+
+
 async def apply(ctx: HostContext, p: m.ConfigSyncApplyParams, key: ReceiptKey | None) -> Any:
     try:
         blob = base64.b64decode(p.bundle_base64, validate=True)
@@ -201,6 +210,9 @@ async def apply(ctx: HostContext, p: m.ConfigSyncApplyParams, key: ReceiptKey | 
     vault: Vault = ctx.services.get(VAULT)
     directory, faults = ctx.services.data_dir.root / "config-sync", ctx.services.faults
     async with vault.lock:
+        # a bundle the rules refuse is refused before base.bin is touched: a crash while it is in place could
+        # otherwise leave it there, and its refused retry would then put "back" the refused bundle itself
+        await ctx.services.db.write(lambda conn: _check(conn, key, doc, now, platform), durable=False)
         previous = await ctx.in_thread(sync.read_bundle, directory, sync.BASE_FILE)
         # what the commit makes true
         await ctx.in_thread(lambda: sync.write_bundle(directory, sync.BASE_FILE, blob, faults=faults))

@@ -362,6 +362,18 @@ def model_providers(doc: dict[str, Any]) -> list[str]:
                    if isinstance(item, dict) and isinstance(item.get("providerId"), str)})
 
 
+def check_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, platform: str) -> None:
+    """Merge ``doc`` under a savepoint and roll it back: raise the error of the rule it breaks (as
+    :func:`apply_portable` would), change nothing either way. ``configSync.apply`` runs it before it writes
+    ``base.bin``, so a bundle the merge refuses never becomes the base, not even across a crash."""
+    conn.execute("SAVEPOINT config_sync_check")
+    try:
+        apply_portable(conn, doc, now_ms, platform)
+    finally:
+        conn.execute("ROLLBACK TO config_sync_check")
+        conn.execute("RELEASE config_sync_check")
+
+
 def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, platform: str) -> dict[str, int]:
     """Merge a verified document in the caller's transaction; a rule it breaks refuses it whole."""
     counts = {"settings": 0, "providers": 0, "models": 0, "projects": 0, "projectGroups": 0, "memory": 0,

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import HostClient, open_client
+from runtime.client import ClientClosed, HostClient, open_client
 from tests.acceptance.outsiderkit import data_dir, error_of, real_host, say
 from tests.hostkit import HostProcess, call_killed_at, start_host_process
 from tests.pipeline import probe
@@ -81,6 +81,9 @@ async def test_sync_settings_are_a_configSync_kv_row_and_the_secrets_go_nowhere_
                 refusals = [
                     await error_of(c, "configSync.configure", {"webdavUrl": f"https://ada:{PASSWORD}@dav.example/pi",
                                                                "webdavPassword": PASSWORD}),
+                    await error_of(c, "configSync.configure", {"webdavUrl": f"https://dav.example/pi?token={PASSWORD}"}),
+                    await error_of(c, "configSync.configure", {"webdavUsername": "ada", "webdavPassword": PASSWORD,
+                                                               "remoteDir": ""}),
                     await error_of(c, "configSync.configure", {"webdavPassword": PASSWORD * 3000}),
                     await error_of(c, "configSync.configure", {"vaultKey": VAULT_KEY[:-2] + "!!",
                                                                "webdavPassword": PASSWORD}),
@@ -446,3 +449,44 @@ async def test_a_storage_error_while_syncing_never_carries_a_secret_and_the_retr
                     assert got["value"] == PASSWORD
         finally:
             proc.kill9()
+
+
+@pytest.mark.parametrize("point", ["configSync.base.bin.after_rename", "configSync.base.bin.before_dirsync"])
+async def test_a_bundle_the_rules_refuse_never_stays_as_base_even_across_a_kill(tmp_path: Path, point: str) -> None:
+    """README §8.7 (before this fix): "keeps it as config-sync/base.bin and merges it in one transaction (it
+    adds and updates, never deletes; a refused merge puts the previous base.bin back)" and "A bundle whose
+    content breaks a rule is refused whole ... and changes nothing". The merge wrote base.bin first and put the
+    previous one back on a refusal, so a kill in between left the refused bundle there, and the refused retry
+    put "back" that same bundle. A host killed while it applies a bundle the merge refuses (a
+    skill version naming other source: CONFLICT), restarted and retried, still refuses it, and base.bin is the
+    bundle applied before: a refused bundle is never the base of the next sync."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    with trio.fail_after(90):
+        async with real_host(here, client_id=CLIENT) as (_p, c):
+            await c.call("configSync.configure", {"vaultKey": VAULT_KEY})
+            await c.call("skills.put", {"name": "notes", "version": "3", "source": "here v3"})
+            old = (await c.call("configSync.export", {}))["bundleBase64"]
+            await c.call("configSync.apply", {"bundleBase64": old})
+        async with real_host(there, client_id=CLIENT) as (_p, c):
+            await c.call("configSync.configure", {"vaultKey": VAULT_KEY})
+            await c.call("skills.put", {"name": "notes", "version": "3", "source": "there v3, other bytes"})
+            clash = (await c.call("configSync.export", {}))["bundleBase64"]
+        base = here / "config-sync" / "base.bin"
+        keyed = {"bundleBase64": clash, "submissionId": "ap-clash"}
+        crashing = start_host_process(here, env={"RT_CRASHPOINT": f"{point}:1"})
+        try:
+            async with _client(crashing) as c:
+                code, _err = await error_of(c, "configSync.apply", keyed)
+                assert code == "CONFLICT"
+        except (ClientClosed, OSError):
+            pass  # it died at the point
+        finally:
+            crashing.kill9()
+        async with real_host(here, client_id=CLIENT) as (_p, c):
+            code, err = await error_of(c, "configSync.apply", keyed)
+            assert code == "CONFLICT", (code, err)
+            assert (await c.call("skills.get", {"name": "notes"}))["skill"]["source"] == "here v3"
+            assert base.read_bytes() == base64.b64decode(old), "a refused bundle stayed as base.bin"
+            assert (await c.call("configSync.get", {}))["base"]["bytes"] == len(base64.b64decode(old))

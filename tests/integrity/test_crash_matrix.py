@@ -107,7 +107,10 @@ MATRIX: dict[str, tuple[str, ...]] = {
     "collab.cancel": (*INDEX, *_commit("collab.cancel"), "queue.between_effects", "queue.after_apply"),
     "collab.deliver": (*INDEX, *_commit("collab.deliver"), "queue.between_effects", "queue.after_apply"),
     "collab.settle": (*INDEX, *_commit("collab.settle"), "queue.between_effects", "queue.after_apply"),
-    "configSync.apply": (*INDEX, *_commit("configSync.apply"), *_file("configSync.base.bin")),
+    "configSync.apply": (  # its rules checked and rolled back (a write of its own) before base.bin is written
+        *INDEX, *_commit("configSync.apply"), *_file("configSync.base.bin"), "index.before_commit#2",
+        "index.after_commit#2"
+    ),
     "configSync.configure": (
         *INDEX, *_commit("configSync.configure"), *_file("secrets.write"), "secrets.write.after_tmp_write#2",
         "secrets.write.after_tmp_fsync#2", "secrets.write.after_rename#2", "secrets.write.before_dirsync#2"
