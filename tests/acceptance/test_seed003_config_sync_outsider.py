@@ -344,7 +344,10 @@ async def test_an_apply_touches_no_session_row_no_transcript_and_not_the_schema(
             bundle = (await c.call("configSync.export", {}))["bundleBase64"]
         data = data_dir(tmp_path)
         async with real_host(data) as (_p, c):
+            schema = _db(data, "SELECT type, name, sql FROM sqlite_master ORDER BY name")
             await c.call("configSync.configure", {"vaultKey": VAULT_KEY})
+            await c.call("configSync.export", {"submissionId": "e"})
+            assert _db(data, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
             await c.call("session.create", {"sessionId": "s1", "title": "Local"})
             await say(c, "s1", "m1", "hello")
             await say(c, "s1", "m2", "hi", "assistant")
