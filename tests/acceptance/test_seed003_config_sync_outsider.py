@@ -100,11 +100,15 @@ async def test_sync_settings_are_a_configSync_kv_row_and_the_secrets_go_nowhere_
                 applied = await c.call("configSync.apply", {"bundleBase64": exported["bundleBase64"],
                                                             "submissionId": "ap-1"})
                 again = await c.call("configSync.configure", {"enabled": False})
+                reads = [await c.call("secrets.list", {}),
+                         await c.call("settings.get", {"ns": "configSync", "key": "settings"}),
+                         await c.call("host.status", {})]
         assert proc.terminate() == 0  # a clean stop: the logs are flushed
     finally:
         if proc.proc.poll() is None:
             proc.kill9()
-    for said in (answer, got, again, exported, applied):
+    assert "configSync/webdavPassword" in repr(reads[0])
+    for said in (answer, got, again, exported, applied, *reads):
         assert PASSWORD not in repr(said) and VAULT_KEY not in repr(said)
     assert answer["settings"] == {"enabled": True, "webdavUrl": "https://dav.example/pi", "webdavUsername": "ada",
                                   "vaultKeyRef": "configSync/vaultKey",
