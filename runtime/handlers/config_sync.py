@@ -170,11 +170,16 @@ async def export(ctx: HostContext, p: m.ConfigSyncExportParams, key: ReceiptKey 
     vault_key = await _vault_key(ctx)
     now = ctx.now()
     doc = await ctx.read(sync.export_portable, now, current_platform())
-    blob = sync.encode_bundle(vault_key, doc)
     faults = ctx.services.faults
-    await ctx.in_thread(lambda: sync.write_bundle(directory, sync.PENDING_FILE, blob, faults=faults))
-    result = {"bundleBase64": base64.b64encode(blob).decode("ascii"), "sha256": hashlib.sha256(blob).hexdigest(),
-              "bytes": len(blob), "exportedAt": now}
+
+    def sealed() -> tuple[bytes, dict[str, Any]]:
+        # up to 4 MiB of JSON, AES-GCM, SHA-256 and base64: a worker thread's work, not the trio loop's
+        blob = sync.encode_bundle(vault_key, doc)
+        sync.write_bundle(directory, sync.PENDING_FILE, blob, faults=faults)
+        return blob, {"bundleBase64": base64.b64encode(blob).decode("ascii"),
+                      "sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob), "exportedAt": now}
+
+    blob, result = await ctx.in_thread(sealed)
     if key is not None:
         said_now = {k: result[k] for k in ("sha256", "bytes", "exportedAt")}
         record = file_record(key, response=said_now)
@@ -188,15 +193,25 @@ def _check(conn: Any, key: ReceiptKey | None, doc: dict[str, Any], now: int, pla
         sync.check_portable(conn, doc, now, platform)
 
 
-async def apply(ctx: HostContext, p: m.ConfigSyncApplyParams, key: ReceiptKey | None) -> Any:
+def _decoded(bundle_base64: str) -> bytes:
     try:
-        blob = base64.b64decode(p.bundle_base64, validate=True)
+        return base64.b64decode(bundle_base64, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidInput("bundleBase64 is not base64", data={"field": "bundleBase64"}) from None
+
+
+def _opened(vault_key: bytes, blob: bytes) -> tuple[dict[str, Any], str]:
+    """The bundle's document (verified and decrypted: refused before anything is written) and SHA-256."""
+    return sync.decode_bundle(vault_key, blob), hashlib.sha256(blob).hexdigest()
+
+
+async def apply(ctx: HostContext, p: m.ConfigSyncApplyParams, key: ReceiptKey | None) -> Any:
+    # up to 4 MiB of base64, AES-GCM and JSON: a worker thread's work, not the trio loop's (bad base64 is
+    # refused first, configured or not)
+    blob = await ctx.in_thread(_decoded, p.bundle_base64)
     vault_key = await _vault_key(ctx)
-    doc = sync.decode_bundle(vault_key, blob)  # refuses before anything is written
+    doc, digest = await ctx.in_thread(_opened, vault_key, blob)
     now, platform = ctx.now(), current_platform()
-    digest = hashlib.sha256(blob).hexdigest()
     refused: list[StoreError] = []
 
     def effect(conn: Any) -> Any:

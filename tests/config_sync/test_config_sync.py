@@ -253,3 +253,38 @@ async def test_a_group_whose_record_is_gone_or_damaged_stays_home_and_the_bundle
             for name in ("repaired", "damaged"):
                 assert "value" not in await c.call("settings.get", {"ns": "projectGroupInstructions",
                                                                     "key": ids[name]})
+
+
+async def test_bundles_are_sealed_and_opened_off_the_trio_thread(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """An export or apply handles up to 4 MiB of JSON, AES-GCM, SHA-256 and base64: never on the trio loop
+    (every other request of the host waits while it runs there). Bad base64 is refused first, configured or not."""
+    threads: list[tuple[str, bool]] = []
+    encode, decode = sync.encode_bundle, sync.decode_bundle
+
+    def on_trio() -> bool:
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            return False
+        return True
+
+    def encode_seen(*args: Any, **kwargs: Any) -> bytes:
+        threads.append(("encode", on_trio()))
+        return encode(*args, **kwargs)
+
+    def decode_seen(*args: Any, **kwargs: Any) -> Any:
+        threads.append(("decode", on_trio()))
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(sync, "encode_bundle", encode_seen)
+    monkeypatch.setattr(sync, "decode_bundle", decode_seen)
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, kind="ui") as c:
+            bad = await _err(c.call("configSync.apply", {"bundleBase64": "not base64!"}))
+            assert bad.data_code == "INVALID_PARAMS" and bad.data.get("field") == "bundleBase64"
+            await c.call("configSync.configure", {"enabled": True})
+            await c.call("settings.set", {"key": "largePasteThreshold", "value": 1300})
+            exported = await c.call("configSync.export", {})
+            await c.call("configSync.apply", {"bundleBase64": exported["bundleBase64"]})
+    assert threads == [("encode", False), ("decode", False)]
