@@ -8,6 +8,7 @@ import hashlib
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -203,3 +204,36 @@ async def test_attachments_over_rpc(tmp_path: Path) -> None:
             assert exc.value.data_code == "INVALID_PARAMS"
             await c.call("session.delete", {"sessionId": s1})  # refs cascade with the session
             assert (await c.call("attachments.gc", {}))["evicted"] == []  # under budget now
+
+
+def _on_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def test_put_decodes_its_base64_off_the_trio_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inline put carries up to 4 MiB of base64: decoded in a worker thread, never on the trio loop (every
+    other request of the host waits while it runs there); bad base64 is still refused."""
+    data = os.urandom(1 << 20)
+    payload = base64.b64encode(data).decode()
+    seen: list[bool] = []
+    decode = base64.b64decode
+
+    def decode_seen(value: Any, *args: Any, **kwargs: Any) -> bytes:
+        if value in (payload, "not base64!"):
+            seen.append(_on_trio())
+        return decode(value, *args, **kwargs)
+
+    monkeypatch.setattr(base64, "b64decode", decode_seen)
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            put = await c.call("attachments.put", {"name": "big.bin", "mimeType": "application/octet-stream",
+                                                   "dataBase64": payload})
+            with pytest.raises(RpcError) as exc:
+                await c.call("attachments.put", {"name": "x", "mimeType": "a/b", "dataBase64": "not base64!"})
+    assert put["sha256"] == hashlib.sha256(data).hexdigest() and put["size"] == len(data)
+    assert exc.value.data_code == "INVALID_PARAMS" and exc.value.data.get("field") == "dataBase64"
+    assert seen == [False, False]
