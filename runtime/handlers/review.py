@@ -55,7 +55,8 @@ async def _require(ctx: SessionContext, snapshot_id: str) -> dict[str, Any]:
 
 
 async def record(ctx: SessionContext, p: m.ReviewRecordParams, key: ReceiptKey | None) -> Any:
-    before = review.decode_before(p.before_base64)
+    # up to 4 MiB of base64 and two SHA-256s of up to 4 MiB: this actor's worker thread's work, not the loop's
+    before = await ctx.io(review.decode_before, p.before_base64)
     root, path = await _resolve(ctx, p.path)
     directory = ctx.paths.review_changes
     snapshot_id = review.snapshot_id_for(key)
@@ -67,9 +68,10 @@ async def record(ctx: SessionContext, p: m.ReviewRecordParams, key: ReceiptKey |
         raise LimitExceeded(f"session {ctx.sid} already keeps {MAX_REVIEW_SNAPSHOTS} review snapshots",
                             data={"sessionId": ctx.sid, "limit": MAX_REVIEW_SNAPSHOTS})
     after = await ctx.io(review.read_workspace_file, root, path)
-    meta = review.new_meta(snapshot_id=snapshot_id, session_id=ctx.sid, path=path, tool_name=p.tool_name,
-                           tool_call_id=p.tool_call_id, message_id=p.message_id, turn_id=p.turn_id,
-                           before=before, after=after, now_ms=ctx.now(), key=key)
+    now = ctx.now()
+    meta = await ctx.io(lambda: review.new_meta(
+        snapshot_id=snapshot_id, session_id=ctx.sid, path=path, tool_name=p.tool_name, tool_call_id=p.tool_call_id,
+        message_id=p.message_id, turn_id=p.turn_id, before=before, after=after, now_ms=now, key=key))
     faults = ctx.faults
     await ctx.io(lambda: review.write_snapshot(directory, meta, before, faults=faults))
     return await _answer(ctx, key, review.record_answer(meta))
@@ -79,9 +81,15 @@ async def get(ctx: SessionContext, p: m.ReviewGetParams, key: ReceiptKey | None)
     meta = await _require(ctx, p.snapshot_id)
     out: dict[str, Any] = {"snapshot": review.wire_snapshot(meta)}
     if p.include_before:
-        data = await ctx.io(review.read_before, ctx.paths.review_changes, meta)
-        if data is not None:
-            out["beforeBase64"] = base64.b64encode(data).decode("ascii")
+        directory = ctx.paths.review_changes
+
+        def before_base64() -> str | None:  # up to 4 MiB read and encoded: the worker thread's, not the loop's
+            data = review.read_before(directory, meta)
+            return None if data is None else base64.b64encode(data).decode("ascii")
+
+        encoded = await ctx.io(before_base64)
+        if encoded is not None:
+            out["beforeBase64"] = encoded
     return out
 
 

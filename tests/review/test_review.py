@@ -366,3 +366,50 @@ async def test_boot_removes_temp_files_an_interrupted_snapshot_write_left(tmp_pa
             assert sorted(p.name for p in snapshot.iterdir()) == kept
             assert (await c.call("host.status"))["boot"]["tempFilesRemoved"] == 1
             assert len((await _call(c, "review.list", {"sessionId": sid}))["snapshots"]) == 1
+
+
+def _on_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def test_before_bytes_are_decoded_hashed_and_encoded_off_the_trio_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record carries up to 4 MiB of base64 ``before`` and hashes it and the workspace file; a get with
+    ``includeBefore`` encodes up to 4 MiB: all in the session's worker thread, never on the trio loop (every
+    other request of the host waits while it runs there)."""
+    before = os.urandom(1 << 20)
+    encoded = _b64(before)
+    seen: list[tuple[str, bool]] = []
+    decode_before, new_meta, b64encode = review.decode_before, review.new_meta, base64.b64encode
+
+    def decode_seen(value: str | None) -> bytes | None:
+        seen.append(("decode", _on_trio()))
+        return decode_before(value)
+
+    def meta_seen(**kwargs: Any) -> dict[str, Any]:
+        seen.append(("hash", _on_trio()))
+        return new_meta(**kwargs)
+
+    def encode_seen(value: Any, *args: Any) -> bytes:
+        if value == before:
+            seen.append(("encode", _on_trio()))
+        return b64encode(value, *args)
+
+    data, ws = tmp_path / "data", _workspace(tmp_path)
+    (ws / "docs" / "notes.md").write_bytes(AFTER)
+    monkeypatch.setattr(review, "decode_before", decode_seen)
+    monkeypatch.setattr(review, "new_meta", meta_seen)
+    monkeypatch.setattr(base64, "b64encode", encode_seen)
+    with trio.fail_after(30):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            sid = await _session(c, ws)
+            params = {**_record_params(sid), "beforeBase64": encoded}
+            first = (await _call(c, "review.record", params))["snapshot"]
+            got = await _call(c, "review.get", {"sessionId": sid, "snapshotId": first["snapshotId"],
+                                                "includeBefore": True})
+    assert first["before"]["sha256"] == _sha(before) and got["beforeBase64"] == encoded
+    assert seen == [("decode", False), ("hash", False), ("encode", False)]
