@@ -162,12 +162,16 @@ async def set_archived_deleted(ctx: SessionContext, message_id: str, deleted: bo
     if got.lines:
         ctx.refuse_if_storage_failed()  # RELIABILITY rule 7: nothing is written after a failed fsync
         lines = got.lines
-        await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
+
+        def append() -> list[tuple[tuple[str, int], str]]:
+            append_revision_lines(path, lines, faults=faults)
+            # what archive() compares a branch leaving the transcript with: whole branches read back and
+            # hashed, in the worker thread too
+            return [(entry.key, payload_digest(entry)) for line in lines if (entry := entry_of_line(line)) is not None]
+
         stored = _stored(ctx)
-        for line in lines:
-            entry = entry_of_line(line)
-            if entry is not None:  # what archive() compares a branch leaving the transcript with
-                stored[entry.key] = payload_digest(entry)
+        for key, digest in await ctx.io(append):
+            stored[key] = digest
     return got.found
 
 
@@ -199,30 +203,37 @@ async def archive(ctx: SessionContext, items: Sequence[Archive],
     now = ctx.now()
     if not items:
         return now
-    lines = []
-    written: list[tuple[tuple[str, int], str]] = []
     stored = _stored(ctx)
+    known = {(root, idx): stored.get((root, idx)) for root, idx, _, _ in items}
     hidden = deleted_ids(tombstones or {})
-    for root, idx, msgs, turns in items:
-        ids = {msg["id"] for msg in msgs}
-        extra: dict[str, Any] = {}
-        comps = [dict(c) for c in compactions if c.get("throughMessageId") in ids]
-        if comps:
-            extra["compactions"] = comps
-        deleted = sorted(ids & hidden)
-        if deleted:
-            extra["deleted"] = deleted
-        line = revision_line(root, idx, msgs, turns, created_at_ms=now, extra=extra or None)
-        entry = entry_of_line(line)
-        digest = payload_digest(entry) if entry is not None else ""
-        if digest and stored.get((root, idx)) == digest:
-            continue  # durable already (an interrupted try of this rewrite wrote it): one line per variant
-        lines.append(line)
-        written.append(((root, idx), digest))
-    if lines:
-        path, faults = ctx.paths.revisions, ctx.faults
-        await ctx.io(lambda: append_revision_lines(path, lines, faults=faults))
-    for key, digest in written:
+    path, faults = ctx.paths.revisions, ctx.faults
+
+    def write() -> list[tuple[tuple[str, int], str]]:
+        # whole branches serialized, read back and hashed (megabytes for a long one): this actor's worker
+        # thread's work, in the hop that appends them, never the trio loop's
+        lines = []
+        written: list[tuple[tuple[str, int], str]] = []
+        for root, idx, msgs, turns in items:
+            ids = {msg["id"] for msg in msgs}
+            extra: dict[str, Any] = {}
+            comps = [dict(c) for c in compactions if c.get("throughMessageId") in ids]
+            if comps:
+                extra["compactions"] = comps
+            deleted = sorted(ids & hidden)
+            if deleted:
+                extra["deleted"] = deleted
+            line = revision_line(root, idx, msgs, turns, created_at_ms=now, extra=extra or None)
+            entry = entry_of_line(line)
+            digest = payload_digest(entry) if entry is not None else ""
+            if digest and known[(root, idx)] == digest:
+                continue  # durable already (an interrupted try of this rewrite wrote it): one line per variant
+            lines.append(line)
+            written.append(((root, idx), digest))
+        if lines:
+            append_revision_lines(path, lines, faults=faults)
+        return written
+
+    for key, digest in await ctx.io(write):
         stored[key] = digest
     refs = _live_refs(ctx)
     for root, idx, _, _ in items:

@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from runtime.client import RpcError
+from runtime.handlers import revisions as rev
 from store.revisions import read_revisions
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.revisions.helpers import (
@@ -258,3 +259,42 @@ async def test_a_message_deleted_in_a_branch_stays_deleted_when_the_branch_comes
             await c.call("session.deleteMessage", {"sessionId": "s1", "messageId": "a1x"})
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             await check()
+
+
+def _on_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def test_archived_branches_are_serialized_and_hashed_off_the_trio_thread(tmp_path, monkeypatch):
+    """Archiving a branch serializes it whole, reads it back and hashes it (megabytes for a long branch), as
+    does deleting a message only an archived branch holds: all in the session's worker thread, never on the
+    trio loop (every other request of the host waits while it runs there)."""
+    seen: list[tuple[str, bool]] = []
+    line_of, digest_of = rev.revision_line, rev.payload_digest
+
+    def line_seen(*args, **kwargs):
+        seen.append(("line", _on_trio()))
+        return line_of(*args, **kwargs)
+
+    def digest_seen(entry):
+        seen.append(("digest", _on_trio()))
+        return digest_of(entry)
+
+    monkeypatch.setattr(rev, "revision_line", line_seen)
+    monkeypatch.setattr(rev, "payload_digest", digest_seen)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "rev"}))["id"]
+            await turn(c, sid, "u1", "a1", "x" * 4096)
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            archived = list(seen)
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1b", "b", role="assistant")})
+            assert await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a1"}) == {
+                "messageId": "a1", "deleted": True}
+    assert archived == [("line", False), ("digest", False)]
+    assert seen[len(archived):] == [("digest", False)]
