@@ -75,8 +75,10 @@ async def list_sessions(ctx: HostContext, p: m.SessionListParams, key: ReceiptKe
 async def get(ctx: HostContext, p: m.SessionGetParams, key: ReceiptKey | None) -> Any:
     await scope_session(ctx.read, ctx.caller, p.session_id)  # a plugin owns no native session
     req = window_request(p, ctx.caller.client_kind)
-    session = await ctx.in_thread(_catalog(ctx).get, p.session_id)
-    return native_window(session, req)
+    catalog = _catalog(ctx)
+    # the window's records (up to a whole-history read) are built in the hop that reads the snapshot, not
+    # on the trio loop
+    return await ctx.in_thread(lambda: native_window(catalog.get(p.session_id), req))
 
 
 def child_uuid(key: ReceiptKey) -> str:

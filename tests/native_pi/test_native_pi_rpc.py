@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
+from runtime.handlers import native_pi as native_handler
 from runtime.routes import ROUTES
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.native_pi.test_native_pi import root, tree_state
@@ -220,3 +221,28 @@ async def test_a_native_id_in_any_session_field_is_refused_as_native(tmp_path: P
             if method == "collab.deliver":
                 assert (await c.call("collab.list", {"sessionId": "s1"}))["deliveries"] == []
     assert tree_state(root) == before
+
+
+async def test_get_builds_its_window_off_the_trio_thread(tmp_path: Path, root: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A native session's window (up to a whole-history read) is built in the worker thread that reads the
+    snapshot, never on the trio loop (every other request of the host waits while it runs there)."""
+    seen: list[bool] = []
+    window = native_handler.native_window
+
+    def window_seen(*args: Any) -> dict[str, Any]:
+        try:
+            trio.lowlevel.current_task()
+            seen.append(True)
+        except RuntimeError:
+            seen.append(False)
+        return window(*args)
+
+    monkeypatch.setattr(native_handler, "native_window", window_seen)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data", native_pi_root=root) as host, client_for(host) as c:
+            page = await c.call("session.get", {"sessionId": TREE})
+            assert page["totalMessages"] == 3
+            assert await code_of(c, "session.get", {"sessionId": TREE, "messageAround": "nope"}) == \
+                "MESSAGE_NOT_FOUND"
+    assert seen == [False, False]
