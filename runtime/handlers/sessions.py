@@ -141,13 +141,14 @@ async def get(ctx: SessionContext, p: m.SessionGetParams, key: ReceiptKey | None
     if window.end >= window.total:  # the newest window: the reply streaming right now, after the rows
         live = await inflight.current(ctx, req.content_limit)
         if live is not None:
-            reply = with_field(reply, "inflight", live)
+            # a copy of the whole reply (up to 16 MiB): the worker thread's work, not the trio loop's
+            reply = await ctx.io(with_field, reply, "inflight", live)
     call_id = windows.navigation_call_id(window.target)
     if call_id is not None:
         parent = await ctx.io(windows.navigation_parent, ctx.paths.transcript, call_id, req.content_limit)
         pos = None if parent is None else await ctx.read(index.position_of, ctx.sid, str(parent.get("id")))
         if parent is not None and pos is not None:  # a stored message: its seq, as every window row has
-            reply = with_field(reply, "navigationParent", {**parent, "seq": pos + 1})
+            reply = await ctx.io(with_field, reply, "navigationParent", {**parent, "seq": pos + 1})
     _read_next_page_ahead(ctx, req, window)
     return Encoded(reply)  # encoded once from the lines' own bytes; the gateway sends it as it is
 

@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from runtime.client import RpcError
+from runtime.handlers import sessions as sessions_handler
 from tests.hostkit import client_for, inprocess_host, msg
 
 N = 200
@@ -80,3 +81,34 @@ async def test_message_around_centers_on_the_hit_with_its_task_parent(tmp_path: 
             await _check(c, sid, other)  # warm: the session actor is running
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             await _check(c, sid, other)  # fresh host: the first get reads the window cold
+
+
+async def test_fields_are_added_to_a_window_off_the_trio_thread(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-flight reply and the navigation parent are added to an encoded window by copying it whole (up
+    to 16 MiB): in the session's worker thread, never on the trio loop (every other request of the host
+    waits while it runs there)."""
+    seen: list[tuple[str, bool]] = []
+    added = sessions_handler.with_field
+
+    def added_seen(reply: bytes, key: str, value: Any) -> bytes:
+        try:
+            trio.lowlevel.current_task()
+            seen.append((key, True))
+        except RuntimeError:
+            seen.append((key, False))
+        return added(reply, key, value)
+
+    monkeypatch.setattr(sessions_handler, "with_field", added_seen)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, kind="agent") as c:
+            sid = (await c.call("session.create", {"title": "nav"}))["id"]
+            for seq in (TASK_AT, SUB_AT):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": _message(seq)})
+            got = await _around(c, sid, f"m{SUB_AT}", 1)
+            assert got["navigationParent"]["id"] == f"m{TASK_AT}"
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            reply = {"id": "a1", "role": "assistant", "turnId": "t1", "blocks": [{"type": "text", "text": "so far"}]}
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1", "message": reply})
+            assert (await c.call("session.get", {"sessionId": sid}))["inflight"]["message"]["id"] == "a1"
+    assert seen == [("navigationParent", False), ("inflight", False)]
