@@ -107,9 +107,14 @@ async def submit(ctx: SessionContext, p: m.PlansSubmitParams, key: ReceiptKey | 
     # published (its row and receipt lost with the database) is named again, not written a second time
     token = None if key is None else plans.keyed_token(key.client_id, key.submission_id)
     request_id = new_id("plan_") if key is None else derived_id(key.client_id, key.submission_id, prefix="plan_")
-    found = None if token is None else await ctx.io(plans.find_keyed_artifact, root, kind, token, markdown)
-    planned = found or plans.Artifact(plans.artifact_name(kind, now, token), plans.sha256_of(markdown),
-                                      len(markdown))
+
+    def plan_artifact() -> tuple[plans.Artifact | None, plans.Artifact]:
+        # up to 1 MiB hashed: the worker thread's work, not the trio loop's
+        found = None if token is None else plans.find_keyed_artifact(root, kind, token, markdown)
+        return found, found or plans.Artifact(plans.artifact_name(kind, now, token), plans.sha256_of(markdown),
+                                              len(markdown))
+
+    found, planned = await ctx.io(plan_artifact)
     intent, faults = ctx.paths.plan_intent, ctx.faults
     try:
         await ctx.io(lambda: plans.write_intent(intent, request_id=request_id, session_id=sid,

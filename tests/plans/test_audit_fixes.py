@@ -77,3 +77,28 @@ async def test_a_failure_after_the_intent_removes_what_the_submission_wrote(
             assert (await c.call("plans.pending", {}))["pending"] == []
             again = await c.call("plans.submit", _submit(sid, ws, "c2", "# Plan\n"))
             assert _leftovers(data, ws) == [again["artifactPath"]]
+
+
+async def test_the_artifact_is_hashed_off_the_trio_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's markdown (up to 1 MiB) is hashed in the session's worker thread, never on the trio loop
+    (every other request of the host waits while it runs there)."""
+    seen: list[bool] = []
+    sha256_of = plans.sha256_of
+
+    def hashed_seen(data: bytes) -> str:
+        try:
+            trio.lowlevel.current_task()
+            seen.append(True)
+        except RuntimeError:
+            seen.append(False)
+        return sha256_of(data)
+
+    monkeypatch.setattr(plans, "sha256_of", hashed_seen)
+    ws, data = tmp_path / "ws", tmp_path / "data"
+    ws.mkdir()
+    with trio.fail_after(30):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "p", "projectPath": str(ws), "mode": "plan"}))["id"]
+            ok = await c.call("plans.submit", _submit(sid, ws, "c1", "# Plan\n" + "x" * 500_000))
+            assert ok["artifactSize"] == 500_007
+    assert seen == [False]
