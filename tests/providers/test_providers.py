@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
+from store.config import catalog
 from store.config.secrets import SecretStore
 from tests.hostkit import client_for, inprocess_host
 from tests.httpkit import FakeProvider, Reply
@@ -309,3 +310,27 @@ async def test_an_api_key_an_http_header_cannot_carry_is_named_as_the_key(tmp_pa
             assert err.data_code == "INVALID_PARAMS" and err.data["field"] == "apiKey", err.message
             assert "API key" in err.message and api_key not in err.message
             assert probe.state(data) == state
+
+
+async def test_a_model_list_is_parsed_off_the_trio_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A provider's model list (up to 8 MiB of JSON) is parsed in a worker thread, never on the trio loop
+    (every other request of the host waits while it runs there)."""
+    seen: list[bool] = []
+    parse = catalog.parse_model_list
+
+    def parse_seen(body: bytes) -> Any:
+        try:
+            trio.lowlevel.current_task()
+            seen.append(True)
+        except RuntimeError:
+            seen.append(False)
+        return parse(body)
+
+    monkeypatch.setattr(catalog, "parse_model_list", parse_seen)
+    with trio.fail_after(60), FakeProvider(Reply(models=MODELS)) as server:
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, kind="ui") as c:
+            await _provider(c, server)
+            await c.call("models.refresh", {"providerId": "local"})
+            listed = (await c.call("models.list", {"providerId": "local"}))["models"]
+            assert {m["modelId"] for m in listed} == {"gpt-a", "gpt-b", "mine"}
+    assert seen == [False]
