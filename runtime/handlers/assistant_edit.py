@@ -71,8 +71,10 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
     settings = {**ctx.settings(), "title": title}
     info = {"type": "session_info", **settings, "updatedAt": ms_to_rfc3339(now)}
     blocks = [dict(b) for b in p.blocks]
-    edit = plan_assistant_edit(sid, child, live.messages, live.compactions, live.tombstones, info,
-                               message_id=str(live.messages[pos]["id"]), blocks=blocks, now_ms=now)
+    message_id = str(live.messages[pos]["id"])
+    # the child's whole transcript serialized: this actor's worker thread's work, not the trio loop's
+    edit = await ctx.io(lambda: plan_assistant_edit(sid, child, live.messages, live.compactions, live.tombstones,
+                                                    info, message_id=message_id, blocks=blocks, now_ms=now))
     child_paths = ctx.services.paths(child)
     if await ctx.io(child_paths.transcript.exists):
         # a published child whose receipt row is not (yet) restored: never touch its files

@@ -528,8 +528,10 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     new_msgs = list(merged.values())
     await _check_foreign_ids(ctx, [msg["id"] for msg in restored])
     archives += dropped_live_branches(ctx, live.messages, new_msgs, {(family, live_idx)}, turns)
-    plan = plan_for(live, new_msgs, shown=hidden & ({msg["id"] for msg in restored} | {
-        str(c["id"]) for c in descent.compactions}), restored=descent.compactions, hide=descent.deleted)
+    shown = hidden & ({msg["id"] for msg in restored} | {str(c["id"]) for c in descent.compactions})
+    # the whole transcript serialized: this actor's worker thread's work, not the trio loop's (as below)
+    plan = await ctx.io(lambda: plan_for(live, new_msgs, shown=shown, restored=descent.compactions,
+                                         hide=descent.deleted))
 
     def finish(conn: Any, now: int, faults: Faults | None) -> Any:
         return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
@@ -667,7 +669,7 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
                 after = known | {idx}
                 new_msgs[rpos] = with_stamp(root, count=len(after) + 1, active=max(after) + 1, root=family)
     archives += dropped_live_branches(ctx, old, new_msgs, handled, turns)
-    plan = plan_for(live, new_msgs)
+    plan = await ctx.io(plan_for, live, new_msgs)
     removed = len(old) - pos
     # The in-flight checkpoint belongs to the reply being cut; drop it before the rewrite so the
     # boot sweep can never promote it back after the cut.
@@ -718,7 +720,7 @@ async def replace_messages(ctx: SessionContext, p: m.ReplaceMessagesParams, key:
         dumps_line(rec)  # an unencodable message fails here, before anything changed
     turns = await ctx.read(turn_map, ctx.sid)
     archives = dropped_live_branches(ctx, live.messages, recs, set(), turns)
-    plan = plan_for(live, recs)
+    plan = await ctx.io(plan_for, live, recs)
     sid = ctx.sid
 
     def finish(conn: Any, now_ms: int, faults: Faults | None) -> Any:

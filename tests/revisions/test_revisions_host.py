@@ -11,6 +11,7 @@ import trio
 from runtime.client import RpcError
 from runtime.handlers import revisions as rev
 from store.revisions import read_revisions
+from store.transcripts import rewrite as rewrite_module
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.revisions.helpers import (
     assert_index_matches_file,
@@ -298,3 +299,39 @@ async def test_archived_branches_are_serialized_and_hashed_off_the_trio_thread(t
                 "messageId": "a1", "deleted": True}
     assert archived == [("line", False), ("digest", False)]
     assert seen[len(archived):] == [("digest", False)]
+
+
+async def test_rewrites_and_forks_serialize_the_transcript_off_the_trio_thread(tmp_path, monkeypatch):
+    """A rewrite (truncateFrom, activateRevision, replaceMessages) and a fork or assistant edit lay out a whole
+    transcript line by line (megabytes for a long session): in the session's worker thread, never on the trio
+    loop (every other request of the host waits while it runs there)."""
+    seen: list[tuple[str, bool]] = []
+    dumps = rewrite_module.dumps_line
+    method = [""]
+
+    def dumps_seen(rec):
+        seen.append((method[0], _on_trio()))
+        return dumps(rec)
+
+    async def call(c, name, params):
+        method[0] = name
+        return await c.call(name, params)
+
+    monkeypatch.setattr(rewrite_module, "dumps_line", dumps_seen)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "rev"}))["id"]
+            await turn(c, sid, "u1", "a1")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await call(c, "session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1b", "b", role="assistant")})
+            await call(c, "session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            held = (await full(c, sid))["messages"]
+            await call(c, "session.replaceMessages", {"sessionId": sid, "messages": held[:1]})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a2", "b", role="assistant")})
+            await call(c, "session.fork", {"sessionId": sid})
+            await call(c, "session.assistantEdit", {"sessionId": sid, "messageId": "a2",
+                                                    "blocks": [{"type": "text", "text": "edited"}]})
+    assert {name for name, _ in seen} == {"session.truncateFrom", "session.activateRevision",
+                                          "session.replaceMessages", "session.fork", "session.assistantEdit"}
+    assert sorted({name for name, on_trio in seen if on_trio}) == []
