@@ -215,8 +215,8 @@ def _on_trio() -> bool:
 
 
 async def test_put_decodes_its_base64_off_the_trio_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An inline put carries up to 4 MiB of base64: decoded in a worker thread, never on the trio loop (every
-    other request of the host waits while it runs there); bad base64 is still refused."""
+    """An inline put carries megabytes of base64 (up to the params limit): decoded in a worker thread, never
+    on the trio loop (every other request of the host waits while it runs there); bad base64 is still refused."""
     data = os.urandom(1 << 20)
     payload = base64.b64encode(data).decode()
     seen: list[bool] = []

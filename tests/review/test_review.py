@@ -378,9 +378,9 @@ def _on_trio() -> bool:
 
 async def test_before_bytes_are_decoded_hashed_and_encoded_off_the_trio_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A record carries up to 4 MiB of base64 ``before`` and hashes it and the workspace file; a get with
-    ``includeBefore`` encodes up to 4 MiB: all in the session's worker thread, never on the trio loop (every
-    other request of the host waits while it runs there)."""
+    """A record carries megabytes of base64 ``before`` (up to the params limit) and hashes it and the workspace
+    file (up to 4 MiB); a get with ``includeBefore`` encodes up to 4 MiB: all in the session's worker thread,
+    never on the trio loop (every other request of the host waits while it runs there)."""
     before = os.urandom(1 << 20)
     encoded = _b64(before)
     seen: list[tuple[str, bool]] = []
