@@ -260,7 +260,8 @@ def dropped_live_branches(
         if npos is not None and new[npos]["id"] == old[pos]["id"] and stamp_of(new[npos]).active == idx:
             continue
         branch = [dict(m) for m in old[pos:]]
-        out.append((root, idx, branch, {k: v for k, v in turns.items() if any(m["id"] == k for m in branch)}))
+        ids = {m["id"] for m in branch}  # one lookup per turn entry, not a scan of the branch each (on the loop)
+        out.append((root, idx, branch, {k: v for k, v in turns.items() if k in ids}))
     return out
 
 

@@ -335,3 +335,55 @@ async def test_rewrites_and_forks_serialize_the_transcript_off_the_trio_thread(t
     assert {name for name, _ in seen} == {"session.truncateFrom", "session.activateRevision",
                                           "session.replaceMessages", "session.fork", "session.assistantEdit"}
     assert sorted({name for name, on_trio in seen if on_trio}) == []
+
+
+async def test_a_dropped_live_branch_finds_its_turns_in_one_pass(tmp_path, monkeypatch):
+    """A referenced live branch that a rewrite drops is archived with its messages' turns: found with one lookup
+    per turn entry, not a scan of the whole branch for each (quadratic in the session's length, on the trio
+    loop). Counted by comparisons against the turn map's message ids."""
+    compared = [0]
+
+    class CountedId(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other):
+            compared[0] += 1
+            return str.__eq__(self, other)
+
+        def __ne__(self, other):
+            return not self.__eq__(other)
+
+    turn_map = rev.turn_map
+    counting = [False]
+
+    def counted_turn_map(conn, session_id, ids=None):
+        found = turn_map(conn, session_id, ids)
+        if not counting[0]:
+            return found
+        # every message as a turn's (a turn-driven session), keyed by ids that count their comparisons
+        every = [mid for (mid,) in conn.execute("SELECT id FROM messages WHERE session_id = ?", (session_id,))]
+        return {CountedId(mid): found.get(mid, "turn-1") for mid in every}
+
+    line_of = rev.revision_line
+
+    def plain_keys_line(root, idx, msgs, turns, **kwargs):
+        return line_of(root, idx, msgs, {str(k): v for k, v in turns.items()}, **kwargs)  # orjson: exact str keys
+
+    monkeypatch.setattr(rev, "turn_map", counted_turn_map)
+    monkeypatch.setattr(rev, "revision_line", plain_keys_line)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "rev"}))["id"]
+            await turn(c, sid, "u0", "a0")
+            await turn(c, sid, "u1", "a1")
+            for i in range(2, 30):
+                await turn(c, sid, f"u{i}", f"a{i}")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            held = (await full(c, sid))["messages"]
+            counting[0] = True
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": held[:2]})
+            counting[0] = False
+            assert ids(await full(c, sid)) == ["u0", "a0"]
+    stored = read_revisions(revisions_path(tmp_path, sid)).get("u1", 1)
+    assert stored is not None and len(stored.messages) == 58 and len(stored.turns) == 58
+    assert compared[0] <= 2 * 60  # a scan per turn entry compares about 60 * 58 / 2 times
