@@ -19,6 +19,7 @@ from store.errors import InvalidInput, NotFound, PayloadTooLarge, SessionNotFoun
 from store.faults import Faults, InjectedFault
 from tests.dbkit import NOW, add_session, tx
 from tests.hostkit import client_for, inprocess_host
+from tests.threadkit import on_trio_thread
 
 
 def files(tmp_path: Path, faults: Faults | None = None) -> a.AttachmentFiles:
@@ -206,14 +207,6 @@ async def test_attachments_over_rpc(tmp_path: Path) -> None:
             assert (await c.call("attachments.gc", {}))["evicted"] == []  # under budget now
 
 
-def _on_trio() -> bool:
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        return False
-    return True
-
-
 async def test_put_decodes_its_base64_off_the_trio_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An inline put carries megabytes of base64 (up to the params limit): decoded in a worker thread, never
     on the trio loop (every other request of the host waits while it runs there); bad base64 is still refused."""
@@ -224,7 +217,7 @@ async def test_put_decodes_its_base64_off_the_trio_thread(tmp_path: Path, monkey
 
     def decode_seen(value: Any, *args: Any, **kwargs: Any) -> bytes:
         if value in (payload, "not base64!"):
-            seen.append(_on_trio())
+            seen.append(on_trio_thread())
         return decode(value, *args, **kwargs)
 
     monkeypatch.setattr(base64, "b64decode", decode_seen)

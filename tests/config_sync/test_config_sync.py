@@ -15,6 +15,7 @@ from store.errors import CorruptData
 from tests.hostkit import client_for, inprocess_host
 from tests.integrity.test_damaged_listings import damage
 from tests.pipeline import probe
+from tests.threadkit import on_trio_thread
 
 KEY = "sk-never-travels-4b1f"
 
@@ -262,19 +263,12 @@ async def test_bundles_are_sealed_and_opened_off_the_trio_thread(tmp_path: Path,
     threads: list[tuple[str, bool]] = []
     encode, decode = sync.encode_bundle, sync.decode_bundle
 
-    def on_trio() -> bool:
-        try:
-            trio.lowlevel.current_task()
-        except RuntimeError:
-            return False
-        return True
-
     def encode_seen(*args: Any, **kwargs: Any) -> bytes:
-        threads.append(("encode", on_trio()))
+        threads.append(("encode", on_trio_thread()))
         return encode(*args, **kwargs)
 
     def decode_seen(*args: Any, **kwargs: Any) -> Any:
-        threads.append(("decode", on_trio()))
+        threads.append(("decode", on_trio_thread()))
         return decode(*args, **kwargs)
 
     monkeypatch.setattr(sync, "encode_bundle", encode_seen)

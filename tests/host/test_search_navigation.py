@@ -18,6 +18,7 @@ import trio
 from runtime.client import RpcError
 from runtime.handlers import sessions as sessions_handler
 from tests.hostkit import client_for, inprocess_host, msg
+from tests.threadkit import on_trio_thread
 
 N = 200
 TASK_AT = 50  # seq of the assistant message holding the Task tool call
@@ -92,11 +93,7 @@ async def test_fields_are_added_to_a_window_off_the_trio_thread(tmp_path: Path,
     added = sessions_handler.with_field
 
     def added_seen(reply: bytes, key: str, value: Any) -> bytes:
-        try:
-            trio.lowlevel.current_task()
-            seen.append((key, True))
-        except RuntimeError:
-            seen.append((key, False))
+        seen.append((key, on_trio_thread()))
         return added(reply, key, value)
 
     monkeypatch.setattr(sessions_handler, "with_field", added_seen)

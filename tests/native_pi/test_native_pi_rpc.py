@@ -17,6 +17,7 @@ from runtime.routes import ROUTES
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.native_pi.test_native_pi import root, tree_state
 from tests.samplekit import untouched_samples
+from tests.threadkit import on_trio_thread
 
 __all__ = ["root", "untouched_samples"]
 
@@ -231,11 +232,7 @@ async def test_get_builds_its_window_off_the_trio_thread(tmp_path: Path, root: P
     window = native_handler.native_window
 
     def window_seen(*args: Any) -> dict[str, Any]:
-        try:
-            trio.lowlevel.current_task()
-            seen.append(True)
-        except RuntimeError:
-            seen.append(False)
+        seen.append(on_trio_thread())
         return window(*args)
 
     monkeypatch.setattr(native_handler, "native_window", window_seen)

@@ -14,6 +14,7 @@ from runtime.client import RpcError
 from store import plans
 from store.errors import PayloadTooLarge
 from tests.hostkit import client_for, inprocess_host
+from tests.threadkit import on_trio_thread
 
 
 async def _err(call: Any) -> RpcError:
@@ -86,11 +87,7 @@ async def test_the_artifact_is_hashed_off_the_trio_thread(tmp_path: Path, monkey
     sha256_of = plans.sha256_of
 
     def hashed_seen(data: bytes) -> str:
-        try:
-            trio.lowlevel.current_task()
-            seen.append(True)
-        except RuntimeError:
-            seen.append(False)
+        seen.append(on_trio_thread())
         return sha256_of(data)
 
     monkeypatch.setattr(plans, "sha256_of", hashed_seen)

@@ -16,6 +16,7 @@ from store.config.secrets import SecretStore
 from tests.hostkit import client_for, inprocess_host
 from tests.httpkit import FakeProvider, Reply
 from tests.pipeline import probe
+from tests.threadkit import on_trio_thread
 
 KEY = "sk-test-9f1c3a7d5e2b4c6a8e0d"
 MODELS = [{"id": "gpt-a", "object": "model"}, {"id": "gpt-b", "name": "GPT B", "context_length": 128000},
@@ -319,11 +320,7 @@ async def test_a_model_list_is_parsed_off_the_trio_thread(tmp_path: Path, monkey
     parse = catalog.parse_model_list
 
     def parse_seen(body: bytes) -> Any:
-        try:
-            trio.lowlevel.current_task()
-            seen.append(True)
-        except RuntimeError:
-            seen.append(False)
+        seen.append(on_trio_thread())
         return parse(body)
 
     monkeypatch.setattr(catalog, "parse_model_list", parse_seen)

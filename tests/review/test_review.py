@@ -31,6 +31,7 @@ from store import review
 from store.receipts import ReceiptKey, fingerprint
 from store.rules import MAX_REVIEW_FILE_BYTES, MAX_REVIEW_SNAPSHOTS
 from tests.hostkit import client_for, inprocess_host, msg
+from tests.threadkit import on_trio_thread
 
 BEFORE = b"# Notes\n"
 AFTER = b"# Notes\n\nMore.\n"
@@ -368,14 +369,6 @@ async def test_boot_removes_temp_files_an_interrupted_snapshot_write_left(tmp_pa
             assert len((await _call(c, "review.list", {"sessionId": sid}))["snapshots"]) == 1
 
 
-def _on_trio() -> bool:
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        return False
-    return True
-
-
 async def test_before_bytes_are_decoded_hashed_and_encoded_off_the_trio_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A record carries megabytes of base64 ``before`` (up to the params limit) and hashes it and the workspace
@@ -387,16 +380,16 @@ async def test_before_bytes_are_decoded_hashed_and_encoded_off_the_trio_thread(
     decode_before, new_meta, b64encode = review.decode_before, review.new_meta, base64.b64encode
 
     def decode_seen(value: str | None) -> bytes | None:
-        seen.append(("decode", _on_trio()))
+        seen.append(("decode", on_trio_thread()))
         return decode_before(value)
 
     def meta_seen(**kwargs: Any) -> dict[str, Any]:
-        seen.append(("hash", _on_trio()))
+        seen.append(("hash", on_trio_thread()))
         return new_meta(**kwargs)
 
     def encode_seen(value: Any, *args: Any) -> bytes:
         if value == before:
-            seen.append(("encode", _on_trio()))
+            seen.append(("encode", on_trio_thread()))
         return b64encode(value, *args)
 
     data, ws = tmp_path / "data", _workspace(tmp_path)

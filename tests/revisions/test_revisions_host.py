@@ -22,6 +22,7 @@ from tests.revisions.helpers import (
     revisions_path,
     turn,
 )
+from tests.threadkit import on_trio_thread
 
 
 def meta_of(got: dict, mid: str) -> dict:
@@ -262,14 +263,6 @@ async def test_a_message_deleted_in_a_branch_stays_deleted_when_the_branch_comes
             await check()
 
 
-def _on_trio() -> bool:
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        return False
-    return True
-
-
 async def test_archived_branches_are_serialized_and_hashed_off_the_trio_thread(tmp_path, monkeypatch):
     """Archiving a branch serializes it whole, reads it back and hashes it (megabytes for a long branch), as
     does deleting a message only an archived branch holds: all in the session's worker thread, never on the
@@ -278,11 +271,11 @@ async def test_archived_branches_are_serialized_and_hashed_off_the_trio_thread(t
     line_of, digest_of = rev.revision_line, rev.payload_digest
 
     def line_seen(*args, **kwargs):
-        seen.append(("line", _on_trio()))
+        seen.append(("line", on_trio_thread()))
         return line_of(*args, **kwargs)
 
     def digest_seen(entry):
-        seen.append(("digest", _on_trio()))
+        seen.append(("digest", on_trio_thread()))
         return digest_of(entry)
 
     monkeypatch.setattr(rev, "revision_line", line_seen)
@@ -310,7 +303,7 @@ async def test_rewrites_and_forks_serialize_the_transcript_off_the_trio_thread(t
     method = [""]
 
     def dumps_seen(rec):
-        seen.append((method[0], _on_trio()))
+        seen.append((method[0], on_trio_thread()))
         return dumps(rec)
 
     async def call(c, name, params):
