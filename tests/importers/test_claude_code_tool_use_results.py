@@ -52,11 +52,10 @@ def test_an_edits_patch_and_original_file_are_kept(untouched_samples: Path, db: 
     assert again["meta"]["toolUseResult"] == line["toolUseResult"]
 
 
-def test_a_huge_original_file_is_cut_and_counted(tmp_path: Path, db: sqlite3.Connection,
-                                                  target: ImportTarget) -> None:
+def _edit_session(tmp_path: Path, tool_use_result: dict[str, object]) -> Path:
+    """A Claude Code session file: a prompt, an Edit call, and its result line carrying ``tool_use_result``."""
     path = tmp_path / "proj" / "5c0375b4-57a5-4f26-b12d-d022ee4e5199.jsonl"
     path.parent.mkdir()
-    big = "x" * (400 * 1024)
     common = {"sessionId": "5c0375b4-57a5-4f26-b12d-d022ee4e5199", "cwd": "/w", "version": "2.1.38",
               "isSidechain": False, "userType": "external"}
     lines = [
@@ -68,9 +67,17 @@ def test_a_huge_original_file_is_cut_and_counted(tmp_path: Path, db: sqlite3.Con
         {**common, "type": "user", "uuid": "u2", "parentUuid": "a1", "timestamp": "2026-01-01T00:00:02Z",
          "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
                                                   "content": "edited"}]},
-         "toolUseResult": {"filePath": "/w/f", "originalFile": big, "structuredPatch": [{"lines": ["-a", "+b"]}]}},
+         "toolUseResult": tool_use_result},
     ]
     path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    return path
+
+
+def test_a_huge_original_file_is_cut_and_counted(tmp_path: Path, db: sqlite3.Connection,
+                                                  target: ImportTarget) -> None:
+    big = "x" * (400 * 1024)
+    path = _edit_session(tmp_path, {"filePath": "/w/f", "originalFile": big,
+                                    "structuredPatch": [{"lines": ["-a", "+b"]}]})
     rep, messages = import_new(db, target, "claude-code", path)
     assert rep.skipped_blocks["toolUseResult(cut)"] == 1
     meta = _tool(messages, "toolu_1")["meta"]
@@ -84,24 +91,9 @@ def test_a_cut_tool_use_result_is_kept_whole_as_a_blob(tmp_path: Path, db: sqlit
                                                        target: ImportTarget) -> None:
     """The cut copy is the preview; the whole value is a JSON blob the tool record's meta references.
     Reproduces: past 256 KiB the strings were cut to 16 KiB and the rest was gone."""
-    path = tmp_path / "proj" / "5c0375b4-57a5-4f26-b12d-d022ee4e5199.jsonl"
-    path.parent.mkdir()
-    common = {"sessionId": "5c0375b4-57a5-4f26-b12d-d022ee4e5199", "cwd": "/w", "version": "2.1.38",
-              "isSidechain": False, "userType": "external"}
     whole = {"filePath": "/w/f", "originalFile": "".join(f"line {i}\n" for i in range(60_000)),
              "structuredPatch": [{"lines": ["-a", "+b"]}]}
-    lines = [
-        {**common, "type": "user", "uuid": "u1", "parentUuid": None, "timestamp": "2026-01-01T00:00:00Z",
-         "message": {"role": "user", "content": "edit it"}},
-        {**common, "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": "2026-01-01T00:00:01Z",
-         "message": {"id": "msg_1", "role": "assistant", "model": "claude-x", "content": [
-             {"type": "tool_use", "id": "toolu_1", "name": "Edit", "input": {"file_path": "/w/f"}}]}},
-        {**common, "type": "user", "uuid": "u2", "parentUuid": "a1", "timestamp": "2026-01-01T00:00:02Z",
-         "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
-                                                  "content": "edited"}]},
-         "toolUseResult": whole},
-    ]
-    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    path = _edit_session(tmp_path, whole)
     rep, messages = import_new(db, target, "claude-code", path)
     assert rep.skipped_blocks["toolUseResult(cut)"] == 1
     tool = _tool(messages, "toolu_1")
