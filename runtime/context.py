@@ -136,12 +136,20 @@ class HostContext:
     """A multi-step method: services, the caller, and a receipt-carrying final commit."""
 
     def __init__(self, services: Services, caller: CallContext, receipt: ReceiptKey | None,
-                 method: str = "") -> None:
+                 method: str = "", *, receipt_answer: Callable[..., Awaitable[Any]] | None = None) -> None:
         self.services = services
         self.caller = caller
         self.receipt = receipt
         self.method = method
         self.committed: Any = None
+        self._receipt_answer = receipt_answer
+
+    async def answer_of(self, stored: Any) -> Any:
+        """The answer a stored receipt row gives (the route's ``receipt_answer`` when the row holds a stand-in
+        for it: :meth:`commit`'s ``stand_in``)."""
+        if self._receipt_answer is None:
+            return stored
+        return await self._receipt_answer(self, stored)
 
     def now(self) -> int:
         return self.services.now_ms()
@@ -152,29 +160,44 @@ class HostContext:
     async def in_thread(self, fn: Callable[..., T], *args: Any, limiter: trio.CapacityLimiter | None = None) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
 
-    def with_receipt(self, fn: Callable[[sqlite3.Connection], T], *,
-                     session_id: str | None = None) -> Callable[[sqlite3.Connection], T]:
-        """``fn`` as the effect's transaction body plus the receipt row (a raced retry gets the stored one)."""
+    def with_receipt(self, fn: Callable[[sqlite3.Connection], T], *, session_id: str | None = None,
+                     stand_in: Callable[[Any], Any] | None = None,
+                     found: list[Any] | None = None) -> Callable[[sqlite3.Connection], T]:
+        """``fn`` as the effect's transaction body plus the receipt row (a raced retry gets the stored one;
+        with ``found``, it is put there instead). ``stand_in``: the row holds ``stand_in(value)``, not the value
+        (see :meth:`commit`)."""
         key, now, faults, method = self.receipt, self.now(), self.services.faults, self.method
 
         def op(conn: sqlite3.Connection) -> Any:
             if key is not None:
-                found = receipts.check(conn, key)
-                if found is not None:
-                    return found["response"]
+                stored = receipts.check(conn, key)
+                if stored is not None:
+                    if found is not None:
+                        found.append(stored["response"])
+                    return stored["response"]
             value = fn(conn)
             if key is not None:
-                receipts.store(conn, key, value, session_id=session_id, now_ms=now)
+                row = value if stand_in is None else stand_in(value)
+                receipts.store(conn, key, row, session_id=session_id, now_ms=now)
             faults.point(f"{method}.before_commit")
             self.committed = value
             return value
 
         return op
 
-    async def commit(self, fn: Callable[[sqlite3.Connection], T], *, session_id: str | None = None) -> T:
-        """The effect's transaction plus the receipt row, durably; its value is the response."""
-        value: T = await self.services.db.write(self.with_receipt(fn, session_id=session_id), durable=True)
+    async def commit(self, fn: Callable[[sqlite3.Connection], T], *, session_id: str | None = None,
+                     stand_in: Callable[[Any], Any] | None = None) -> T:
+        """The effect's transaction plus the receipt row, durably; its value is the response.
+
+        ``stand_in``: the receipt row holds ``stand_in(value)`` instead of the value, for an answer whose bulk
+        is a file's bytes (the database stores no large payloads); the route's ``receipt_answer`` rebuilds the
+        answer from it for a retry (:meth:`answer_of`), and so does this call when it finds the row stored."""
+        found: list[Any] = []
+        value: T = await self.services.db.write(
+            self.with_receipt(fn, session_id=session_id, stand_in=stand_in, found=found), durable=True)
         self.services.faults.point(f"{self.method}.after_commit")
+        if found:
+            value = await self.answer_of(found[0])
         self.committed = value
         return value
 

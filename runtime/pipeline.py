@@ -671,13 +671,13 @@ class Pipeline:
 
     async def _host(self, method: str, route: Route, params: Any, key: ReceiptKey | None, caller: CallContext,
                     answer: _Answer) -> None:
-        ctx = HostContext(self.services, caller, key, method)
+        ctx = HostContext(self.services, caller, key, method, receipt_answer=route.receipt_answer)
 
         async def work() -> Any:
             if key is not None:
                 found = await self.services.reads.run(receipts.check, key)
                 if found is not None:
-                    return found["response"]
+                    return await ctx.answer_of(found["response"])
             result = await route.handler(ctx, params, key)
             if key is not None and ctx.committed is not None and ctx.committed != result:
                 raise InternalBug(f"{route.handler.__name__} answered something other than its stored response")

@@ -98,6 +98,11 @@ class Route:
     (``SessionOp.replayed``: an effect held in process memory, which a restart forgot)."""
     barrier: bool = False
     """READS: wait until the index covers every append acknowledged before the read arrived."""
+    receipt_answer: Callable[..., Awaitable[Any]] | None = None
+    """HOST: ``(ctx, stored) -> answer`` when the receipt row holds a stand-in for the answer, not the answer
+    (its bulk stays in a file: ``configSync.export``'s bundle, seed 003 §1.3 "the DB stores no large
+    payloads"; the handler commits with ``HostContext.commit(..., stand_in=...)``): a keyed retry answered from
+    the row gets this."""
     fingerprint: Callable[..., Awaitable[str]] | None = None
     """``(services, method, raw params) -> fingerprint`` when the plain one would hold a secret."""
     legacy_fingerprint: Callable[..., Awaitable[str]] | None = None
@@ -300,7 +305,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "plugins.getAsset":            on_host(plugins.get_asset, plugins=True),
     "configSync.get":              on_host(config_sync.get),
     "configSync.configure":        on_host(config_sync.configure, fingerprint=config_sync.fingerprint),
-    "configSync.export":           on_host(config_sync.export),
+    "configSync.export":           on_host(config_sync.export, receipt_answer=config_sync.export_answer),
     "configSync.apply":            on_host(config_sync.apply),
     # history in and out: imports, plugin imports, trash, export (each imported session in its actor)
     "import.sessions":             on_host(imports.import_sessions),

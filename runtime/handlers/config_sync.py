@@ -6,12 +6,18 @@
   re-running after a crash writes the same secrets again.
 * ``configSync.export``: the portable document is read in one snapshot,
   encrypted (``store/config_sync``), written to ``config-sync/pending.bin``
-  (temp + rename), and returned; the receipt (with the bundle) commits last. A
-  keyed export then records itself beside it (``pending.receipt``: its receipt
-  with the answer but the bundle): a retry whose receipt row a crash before the
-  commit, or a lost database, took answers the bundle ``pending.bin`` still holds
-  and writes nothing. Once another export replaced it (or before the record was
-  written), the retry exports again (a fresh nonce: a new, equally valid bundle).
+  (temp + rename), and returned; the receipt commits last. Neither the receipt
+  row nor the record below holds the bundle (seed 003 §1.3: the database stores
+  no large payloads): both keep the answer's stand-in (``sha256``, ``bytes``,
+  ``exportedAt``), and a retry answered from the row reads the bundle back from
+  ``pending.bin`` (byte for byte what it answered) while its SHA-256 is the one
+  the stand-in names; once another export replaced it, that retry is
+  ``CONFLICT`` (``data.reason: "superseded"``), never another bundle. A
+  keyed export records itself beside the bundle (``pending.receipt``) before the
+  commit: a retry whose receipt row a crash before the commit, or a lost
+  database, took answers the bundle ``pending.bin`` still holds and writes
+  nothing. Once another export replaced it (or before the record was written),
+  that retry exports again (a fresh nonce: a new, equally valid bundle).
 * ``configSync.apply``: the bundle is verified and decrypted with this host's
   vault key before anything is written (a flipped byte or another key's bundle
   is ``CORRUPT_DATA`` and changes nothing), kept as ``config-sync/base.bin``
@@ -54,7 +60,7 @@ from store.upgrade.seed_migrations import current_platform
 from .secrets import SERVICE as VAULT
 from .secrets import Vault, fingerprint_hiding
 
-__all__ = ["apply", "configure", "export", "fingerprint", "get"]
+__all__ = ["apply", "configure", "export", "export_answer", "fingerprint", "get"]
 
 _FIELDS = {"enabled": "enabled", "webdav_url": "webdavUrl", "webdav_username": "webdavUsername",
            "remote_dir": "remoteDir"}
@@ -161,12 +167,17 @@ async def _vault_key(ctx: HostContext) -> bytes:
     return sync.decode_vault_key(stored.value)
 
 
+async def export_answer(ctx: HostContext, stored: Any) -> Any:
+    """A keyed export's answer, from its receipt row's stand-in and ``pending.bin`` (``sync.export_answer``)."""
+    return await ctx.in_thread(sync.export_answer, ctx.services.data_dir.root / "config-sync", stored)
+
+
 async def export(ctx: HostContext, p: m.ConfigSyncExportParams, key: ReceiptKey | None) -> Any:
     directory = ctx.services.data_dir.root / "config-sync"
     if key is not None:  # its receipt row lost with the database: pending.bin may still hold what it exported
         said = await ctx.in_thread(sync.exported_answer, directory, key)
         if said is not None:
-            return await ctx.commit(lambda conn: said)
+            return await ctx.commit(lambda conn: said, stand_in=sync.export_stand_in)
     vault_key = await _vault_key(ctx)
     now = ctx.now()
     doc = await ctx.read(sync.export_portable, now, current_platform())
@@ -181,10 +192,10 @@ async def export(ctx: HostContext, p: m.ConfigSyncExportParams, key: ReceiptKey 
 
     blob, result = await ctx.in_thread(sealed)
     if key is not None:
-        said_now = {k: result[k] for k in ("sha256", "bytes", "exportedAt")}
-        record = file_record(key, response=said_now)
+        record = file_record(key, response=sync.export_stand_in(result))
         await ctx.in_thread(lambda: sync.write_export_receipt(directory, record, faults=faults))
-    return await ctx.commit(lambda conn: result)
+    # the receipt row holds the answer but the bundle (the stand-in): the bytes stay in pending.bin
+    return await ctx.commit(lambda conn: result, stand_in=sync.export_stand_in)
 
 
 def _check(conn: Any, key: ReceiptKey | None, doc: dict[str, Any], now: int, platform: str) -> None:

@@ -74,7 +74,9 @@ __all__ = [
     "decode_bundle",
     "decode_vault_key",
     "encode_bundle",
+    "export_answer",
     "export_portable",
+    "export_stand_in",
     "exported_answer",
     "model_providers",
     "new_vault_key",
@@ -211,6 +213,32 @@ The export's receipt row is a database row: after the database was lost, its ret
 (:func:`exported_answer`) as long as ``pending.bin`` still holds that bundle, instead of exporting a new one
 (a fresh nonce, and what the loss left) over it."""
 _MAX_EXPORT_RECEIPT: Final = 64 * 1024
+_STAND_IN_FIELDS: Final = ("sha256", "bytes", "exportedAt")
+
+
+def export_stand_in(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """What a keyed export's receipt (its row, and :data:`EXPORT_RECEIPT_FILE`) keeps of its answer: everything
+    but the bundle, whose bytes stay in ``pending.bin`` (seed 003 §1.3: the database stores no large payloads).
+    :func:`export_answer` rebuilds the answer from it."""
+    return {k: answer[k] for k in _STAND_IN_FIELDS}
+
+
+def export_answer(directory: Path, stored: Any) -> dict[str, Any]:
+    """The answer a keyed export gave, rebuilt from its receipt's :func:`export_stand_in` and ``pending.bin``:
+    byte for byte the bundle it answered, as long as ``pending.bin`` still holds it (its SHA-256). Once another
+    export replaced it, the bundle is gone, and the retry is ``CONFLICT`` (``data.reason: "superseded"``, with
+    the bundle's ``sha256``): never another bundle as if it were this one. A row a build before the stand-in
+    stored holds the whole answer: that answer."""
+    if isinstance(stored, Mapping) and isinstance(stored.get("bundleBase64"), str):
+        return dict(stored)
+    if not isinstance(stored, Mapping) or not all(k in stored for k in _STAND_IN_FIELDS):
+        raise CorruptData("the stored answer of this export is damaged", data={"reason": "receipt"})
+    blob = read_bundle(directory, PENDING_FILE)
+    if blob is None or len(blob) != stored["bytes"] or hashlib.sha256(blob).hexdigest() != stored["sha256"]:
+        raise Conflict("the bundle this export answered was replaced by a later export and is gone: export again "
+                       "under a new submissionId", data={"reason": "superseded", "sha256": stored["sha256"]})
+    return {"bundleBase64": base64.b64encode(blob).decode("ascii"), "sha256": stored["sha256"],
+            "bytes": len(blob), "exportedAt": stored["exportedAt"]}
 
 
 def write_export_receipt(directory: Path, record: Mapping[str, Any], *, faults: Faults = NO_FAULTS) -> None:
@@ -239,11 +267,10 @@ def exported_answer(directory: Path, key: ReceiptKey) -> dict[str, Any] | None:
                                   data={"submissionId": key.submission_id})
     extra = record.get("extra")
     said = extra.get("response") if isinstance(extra, Mapping) else None
-    blob = read_bundle(directory, PENDING_FILE)
-    if not isinstance(said, Mapping) or blob is None or hashlib.sha256(blob).hexdigest() != said.get("sha256"):
+    try:
+        return export_answer(directory, said)
+    except (Conflict, CorruptData):
         return None
-    return {"bundleBase64": base64.b64encode(blob).decode("ascii"), "sha256": said["sha256"], "bytes": len(blob),
-            "exportedAt": said.get("exportedAt")}
 
 
 def bundle_info(directory: Path, name: str) -> dict[str, Any] | None:
