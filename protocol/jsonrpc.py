@@ -261,10 +261,17 @@ def encode(response: dict[str, Any], *, big_strings: bool = False) -> bytes:
     if isinstance(result, Encoded):
         response = {**response, "result": orjson.Fragment(result.data)}
     try:
-        if big_strings:
-            return orjson.dumps(_big_strings_as_fragments(response))
-        return orjson.dumps(response)
-    except (TypeError, orjson.JSONEncodeError, UnicodeEncodeError):
+        try:
+            if big_strings:
+                return orjson.dumps(_big_strings_as_fragments(response))
+            return orjson.dumps(response)
+        except orjson.JSONEncodeError as exc:
+            if "64-bit" not in str(exc) or isinstance(result, Encoded):
+                raise
+            # an integer beyond 64 bits a seed-era settings value holds (kept exact by the migration and the
+            # settings reader): the JSON text carries its exact literal, never a rounded float
+            return json.dumps(response, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, orjson.JSONEncodeError, UnicodeEncodeError):
         request_id = response.get("id")
         return _internal(request_id if valid_id(request_id) else None)
 

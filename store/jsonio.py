@@ -41,7 +41,9 @@ __all__ = [
     "IntegerOutOfRange",
     "Readable",
     "StrictJSONError",
+    "dumps_exact",
     "dumps_line",
+    "loads_exact",
     "loads_line",
     "loads_stored",
     "loads_strict",
@@ -297,6 +299,32 @@ def loads_line(line: bytes | memoryview) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"transcript line is a {type(value).__name__}, not an object")
     return value
+
+
+def loads_exact(raw: str | bytes) -> Any:
+    """``orjson.loads`` of a value the host stored (a settings value), but an integer literal beyond 64 bits is
+    read exactly, not as the float orjson makes of it: a seed-era value the guarded migration kept exact (up to
+    309 digits, ``store.upgrade.seed_migrations.LEGACY_JSON_MAX_INT_DIGITS``) must survive a later write of
+    another key byte for byte (:func:`dumps_exact` writes it back as it was). Raises ``orjson.JSONDecodeError``
+    as orjson does (an integer of 310+ digits included)."""
+    value = orjson.loads(raw)
+    data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)  # orjson refused lone surrogates
+    if _LONG_DIGIT_RUN in data.translate(_DIGITS_TO_ZERO) and \
+            _LONG_DIGIT_RUN in _structure(data).translate(_DIGITS_TO_ZERO):
+        value = json.loads(data.decode("utf-8"))  # the same document (orjson read it), integers exact
+    return value
+
+
+def dumps_exact(value: Any, *, sort_keys: bool = False) -> bytes:
+    """``orjson.dumps``, but a value holding an integer beyond 64 bits (read by :func:`loads_exact`) is written
+    with that integer's exact literal (the stdlib encoder, compact) instead of failing."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
+    except orjson.JSONEncodeError as exc:
+        if "64-bit" not in str(exc):
+            raise
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                          sort_keys=sort_keys).encode("utf-8")
 
 
 def loads_stored(raw: str | bytes, what: str, shape: type | None = None) -> Any:

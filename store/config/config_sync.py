@@ -55,6 +55,7 @@ from store.errors import (
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, open_nofollow, remove_file_durable
 from store.indexing import index
+from store.jsonio import dumps_exact, loads_exact
 from store.project_memory import EMPTY, normalize_memory
 from store.receipts import ReceiptKey, key_of_record
 from store.rules import MAX_BUNDLE_BYTES
@@ -132,7 +133,7 @@ def _key_id(key: bytes) -> bytes:
 def encode_bundle(key: bytes, doc: dict[str, Any], *, nonce: bytes | None = None) -> bytes:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # not at boot: see decode_bundle
 
-    plain = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    plain = dumps_exact(doc, sort_keys=True)  # a seed-era integer beyond 64 bits in the settings: exact
     nonce = nonce if nonce is not None else _random.token_bytes(NONCE_BYTES)
     head = MAGIC + _key_id(key)
     blob = head + nonce + AESGCM(key).encrypt(nonce, plain, head)
@@ -164,7 +165,7 @@ def decode_bundle(key: bytes, blob: bytes) -> dict[str, Any]:
     except InvalidTag:
         raise refuse("tampered", "authentication failed (the bytes were changed)") from None
     try:
-        doc = orjson.loads(plain)
+        doc = loads_exact(plain)
     except orjson.JSONDecodeError:  # pragma: no cover - authenticated bytes a host wrote
         raise refuse("tampered", "the document is not JSON") from None
     if not isinstance(doc, dict) or doc.get("schema") != DOC_SCHEMA:

@@ -3,6 +3,10 @@
 What a namespace accepts is ``store/config/settings_rules.py`` (pure); this module
 reads the rows a write needs and applies a :class:`~store.config.settings_rules.KvPlan`
 in the caller's transaction.
+
+Values are read with :func:`store.jsonio.loads_exact` and written with :func:`store.jsonio.dumps_exact`: an
+integer beyond 64 bits a seed-era value holds (the guarded migration keeps it exact) stays exact, so a write
+of one app field never rewrites another one rounded.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import orjson
 
 from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, DELETE, KvPlan, canonical_key
 from store.errors import DamagedRecord, damaged_setting
+from store.jsonio import dumps_exact, loads_exact
 
 __all__ = [
     "app_blob",
@@ -48,7 +53,7 @@ def get_value(conn: sqlite3.Connection, ns: str, key: str, *, lenient: bool = Fa
     if row is None:
         return None
     try:
-        return orjson.loads(row[0]), int(row[1])
+        return loads_exact(row[0]), int(row[1])
     except orjson.JSONDecodeError as exc:
         if lenient:
             return None, int(row[1])
@@ -76,7 +81,7 @@ def set_value(conn: sqlite3.Connection, ns: str, key: str, value: Any, now_ms: i
     conn.execute(
         "INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?,?,?,?) ON CONFLICT(ns, key) "
         "DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
-        (ns, key, orjson.dumps(value).decode(), now_ms),
+        (ns, key, dumps_exact(value).decode(), now_ms),
     )
 
 
@@ -102,7 +107,7 @@ def namespace_rows(conn: sqlite3.Connection, ns: str,
     for key, raw, updated in conn.execute(
             "SELECT key, value_json, updated_at FROM kv WHERE ns = ? ORDER BY key LIMIT ?", (ns, limit)).fetchall():
         try:
-            out[key] = (orjson.loads(raw), int(updated))
+            out[key] = (loads_exact(raw), int(updated))
         except orjson.JSONDecodeError:
             damaged.append(str(key))
     return out, damaged

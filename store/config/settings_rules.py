@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-import orjson
-
 from store.errors import InvalidInput, PayloadTooLarge
 from store.indexing.index import normalize_project_path
+from store.jsonio import dumps_exact
 from store.project_memory import EMPTY, normalize_memory
 from store.rules import (
     LARGE_PASTE_DEFAULT,
@@ -352,7 +351,7 @@ def canonical_path(path: str) -> str:
 
 
 def _size(value: Any) -> int:
-    return len(orjson.dumps(value))
+    return len(dumps_exact(value))  # as stored: a seed-era integer beyond 64 bits included
 
 
 def _recent_models(value: Any) -> Any:
