@@ -453,6 +453,7 @@ def stage(
     known_compactions: Callable[[], Iterable[str]] | None = None,
     import_receipt: Mapping[str, Any] | None = None,
     prior: Mapping[str, Any] | None = None,
+    consumed_before: Mapping[str, int] | None = None,
 ) -> StagedImport:
     """Parse ``unit`` and write what must be written to a temp file (see the module doc).
 
@@ -463,10 +464,11 @@ def stage(
     ``known_compactions`` the ids of its checkpoints the index serves. Raises
     :class:`Refused` (nothing left behind, ``exc.report`` set) or a
     :class:`StoreError` for I/O. ``import_receipt``: a keyed request's receipt record, ``prior``: the answer
-    it recorded for this session before (see :func:`answer_of`).
+    it recorded for this session before (see :func:`answer_of`). ``consumed_before``: per source file, the
+    offset the last import consumed to, whose prefix digest the parse keeps (:attr:`ParseContext.consumed_before`).
     """
     sink = BlobSink(target.attachments.put_bytes_kept if target.attachments is not None and not dry_run else None)
-    parsed = parse(unit, ParseContext(target.limits, sink))
+    parsed = parse(unit, ParseContext(target.limits, sink, consumed_before or {}))
     return stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
                         created_ms=created_ms, known_ids=known_ids, known_compactions=known_compactions,
                         import_receipt=import_receipt, prior=prior)

@@ -185,13 +185,27 @@ MAX_EARLIER_STATES = 32
 """How many earlier states of a source file (``[consumed, sha256]``, the newest last) its origin entry keeps."""
 
 
+def consumed_before(origin: Mapping[str, Any] | None) -> dict[str, int]:
+    """Per source file of an import record, the offset the last import consumed to (the ``mark`` whose prefix
+    digest a re-import's parse keeps for :func:`earlier_states`)."""
+    files = origin.get("files") if origin is not None else None
+    out: dict[str, int] = {}
+    for path, seen in files.items() if isinstance(files, Mapping) else ():
+        consumed = seen.get("consumed") if isinstance(seen, Mapping) else None
+        if type(consumed) is int and consumed > 0:
+            out[path] = consumed
+    return out
+
+
 def earlier_states(files: Iterable[FileReport], origin: Mapping[str, Any] | None) -> dict[str, list[list[Any]]]:
     """Per file this import read: what the earlier imports read from it (``[consumed, sha256]`` each), when
     that is a strict byte prefix of what this import read (the file grew by appending), bounded by
     :data:`MAX_EARLIER_STATES`. A file rewritten since (Claude Code's compaction, pi rewriting it) starts
-    over: its earlier states are no prefix of it. The file is read again in one pass up to what the parse
-    consumed, the digest taken at the earlier length on the way: the states are kept only when the whole
-    digest is the parse's, so they are of the very bytes the parse read (the file did not change between)."""
+    over: its earlier states are no prefix of it. The digest at the earlier length is the one the parse's
+    reader took on its way (``FileReport.at_mark``: :func:`consumed_before` gave it the offset), so it is of
+    the very bytes the parse read, and the file is not read again. A file whose report lacks it (a reader
+    not given the mark) is read again in one pass up to what the parse consumed, the digest taken at the
+    earlier length on the way, and kept only when the whole digest is the parse's."""
     seen_files = origin.get("files") if origin is not None else None
     out: dict[str, list[list[Any]]] = {}
     for f in files:
@@ -206,7 +220,8 @@ def earlier_states(files: Iterable[FileReport], origin: Mapping[str, Any] | None
         if consumed == f.consumed:
             if sha == f.sha256 and kept:  # the same bytes (another file of the session changed)
                 out[f.path] = kept
-        elif _prefix_digest(Path(f.path), consumed, f.consumed, f.sha256) == sha:
+        elif (f.at_mark[1] if f.at_mark is not None and f.at_mark[0] == consumed
+              else _prefix_digest(Path(f.path), consumed, f.consumed, f.sha256)) == sha:
             out[f.path] = [*kept, [consumed, sha]][-MAX_EARLIER_STATES:]
     return out
 
@@ -433,11 +448,13 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
         for (cid,) in conn.execute("SELECT DISTINCT id FROM compactions WHERE session_id = ?", (sid,)):
             yield cid
 
+    marks = consumed_before(origin["origin"]) if not dry_run and origin is not None else None
     try:
         staged = stage(unit, target, spans=spans, dry_run=dry_run, created_ms=lambda: now_ms,
                        known_ids=known_ids if row is not None else None,
                        known_compactions=known_compactions if row is not None else None,
-                       import_receipt=receipts.file_record(receipt) if receipt is not None else None, prior=prior)
+                       import_receipt=receipts.file_record(receipt) if receipt is not None else None, prior=prior,
+                       consumed_before=marks)
     except Refused as exc:
         return PreparedImport(exc.report if exc.report is not None else report.refuse(exc.code, exc.message))
     except OSError as exc:

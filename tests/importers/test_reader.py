@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,26 @@ def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path: Path) -> None
     got, reader = read(path)
     assert got == [b'{"a":1}', BOM + b'{"b":2}']  # only before the first line
     assert reader.consumed == path.stat().st_size
+
+
+@pytest.mark.parametrize("tail", [b'{"b":2}', b'{"b":', b"y" * 30])
+def test_the_digest_at_a_mark_is_the_prefix_digest_of_the_bytes_read(tmp_path: Path, tail: bytes) -> None:
+    """A re-import's earlier state (the digest where the last import stopped) is taken on the parse's read:
+    at any offset it consumes (inside a line too: a last line read without its newline that got one since),
+    past chunk boundaries and over-long lines; none past what it consumed, nor for a reader not from byte 0."""
+    path = tmp_path / "s.jsonl"
+    data = b'{"a":1}\n' + b"x" * 40 + b'\n{"c":3}\n' + tail
+    path.write_bytes(data)
+    for mark in range(1, len(data) + 2):
+        reader = LineReader(path, max_line_bytes=16, chunk=7, mark=mark)
+        lines = [line.data for line in reader]
+        assert lines[:3] == [b'{"a":1}', None, b'{"c":3}']
+        assert reader.sha256 == hashlib.sha256(data[:reader.consumed]).hexdigest()
+        want = (mark, hashlib.sha256(data[:mark]).hexdigest()) if mark <= reader.consumed else None
+        assert reader.at_mark == want, mark
+    assert reader.consumed == (len(data) if tail == b'{"b":2}' else len(data) - len(tail))
+    later = LineReader(path, max_line_bytes=16, chunk=7, start=8, mark=20)
+    assert [line.offset for line in later][:2] == [8, 49] and later.consumed > 20 and later.at_mark is None
 
 
 async def _served(data: Path, tool: str, folder: Path) -> tuple[str, list[str], int, str]:

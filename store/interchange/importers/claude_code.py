@@ -1075,7 +1075,7 @@ class _FileConverter:
         """``select``: the lines of one branch (:class:`_Split`, :class:`_Lines`), the others only counted;
         ``unparsed``: lines not even parsed (another branch's, in a branch's conversion)."""
         reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk,
-                            end=end)
+                            end=end, mark=self.ctx.mark(self.path))
         for line in reader:
             self.file.lines += 1
             if line.data is None:

@@ -327,7 +327,8 @@ class _Converter:
         return f"{name}.{n}"
 
     def run(self) -> Iterator[Slot]:
-        reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk)
+        reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk,
+                            mark=self.ctx.mark(self.path))
         for line in reader:
             self.file.lines += 1
             if line.data is None:

@@ -296,6 +296,13 @@ class BlobSink:
 class ParseContext:
     limits: ImportLimits = DEFAULT_LIMITS
     blobs: BlobSink = field(default_factory=BlobSink)
+    consumed_before: Mapping[str, int] = field(default_factory=dict)
+    """A re-import's: per source file, the offset the last import consumed to. The reader whose digest
+    reports the file is given it as its ``mark`` (:meth:`mark`), so the file's earlier state is known from
+    the parse's own read (``store.interchange.imports.earlier_states``)."""
+
+    def mark(self, path: Path) -> int | None:
+        return self.consumed_before.get(str(path))
 
 
 def image_attachment(

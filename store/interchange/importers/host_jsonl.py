@@ -69,7 +69,8 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
     file = FileReport(str(path))
     report.files.append(file)
     emitter = Emitter(ctx.limits, report)
-    reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk)
+    reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk,
+                        mark=ctx.mark(path))
     header_seen = False
     seen: set[str] = set()
     hidden = _tombstoned(path, ctx)

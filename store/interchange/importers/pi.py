@@ -139,7 +139,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     limits = ctx.limits
 
     def reader() -> LineReader:
-        return LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk)
+        return LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk, mark=ctx.mark(path))
 
     def make_id(key: str) -> str:
         return join_id(sid, key)

@@ -64,11 +64,13 @@ class LineReader:
     Memory is one read chunk plus at most one line of ``max_line_bytes``. After
     the iteration ``consumed`` is the offset just past the last complete line,
     ``sha256`` the digest of bytes ``[0, consumed)`` and ``torn_tail_bytes`` the
-    incomplete rest.
+    incomplete rest. ``mark``: an offset whose prefix digest to keep on the way
+    (:attr:`at_mark`), so a re-import learns what the file held where the last
+    import stopped without reading it again.
     """
 
     def __init__(self, path: Path, *, max_line_bytes: int, chunk: int = 1 << 20, start: int = 0,
-                 end: int | None = None, unterminated_last_line: bool = True) -> None:
+                 end: int | None = None, unterminated_last_line: bool = True, mark: int | None = None) -> None:
         self.path = path
         self.unterminated_last_line = unterminated_last_line
         """A last line without its newline that parses as one JSON object is read (sources); the host's
@@ -83,10 +85,36 @@ class LineReader:
         self.size = 0
         self.mtime_ns = 0
         self._hash = hashlib.sha256()
+        self._hashed = start
+        """The offset the digest has reached (bytes are hashed in file order)."""
+        self._mark = mark if mark is not None and mark > 0 and start == 0 else None
+        self._at_mark: str | None = None
 
     @property
     def sha256(self) -> str:
         return self._hash.hexdigest()
+
+    @property
+    def at_mark(self) -> tuple[int, str] | None:
+        """``(mark, SHA-256 of bytes [0, mark))`` once the iteration hashed that far and consumed it (None: no
+        mark, a reader that does not start at byte 0, or the file ends before the mark)."""
+        if self._mark is None or self._at_mark is None or self._mark > self.consumed:
+            return None
+        return self._mark, self._at_mark
+
+    def _feed(self, data: bytes | bytearray) -> None:
+        """Hash the next bytes of the file, keeping the digest at the mark as it is passed."""
+        end = self._hashed + len(data)
+        mark = self._mark
+        if mark is not None and self._at_mark is None and self._hashed < mark <= end:
+            cut = mark - self._hashed
+            with memoryview(data) as view:  # released at once: ``data`` may be a bytearray cleared next
+                self._hash.update(view[:cut])
+                self._at_mark = self._hash.hexdigest()
+                self._hash.update(view[cut:])
+        else:
+            self._hash.update(data)
+        self._hashed = end
 
     def __iter__(self) -> Iterator[Line]:
         fd = open_source(self.path)
@@ -116,25 +144,25 @@ class LineReader:
                 if nl < 0:
                     rest = chunk[start:]
                     if skipping:
-                        self._hash.update(rest)
+                        self._feed(rest)
                     else:
                         pending += rest
                         if len(pending) > self.max_line_bytes:
                             skip_hash = self._hash.copy()
-                            self._hash.update(pending)
+                            self._feed(pending)
                             pending.clear()
                             skipping = True
                     break
                 piece = chunk[start : nl + 1]
                 end = pos + nl + 1
                 if skipping:
-                    self._hash.update(piece)
+                    self._feed(piece)
                     skipping, skip_hash = False, None
                     yield Line(line_start, None, end - line_start)
                 else:
                     if len(pending) + len(piece) - 1 > self.max_line_bytes:
-                        self._hash.update(pending)
-                        self._hash.update(piece)
+                        self._feed(pending)
+                        self._feed(piece)
                         pending.clear()
                         yield Line(line_start, None, end - line_start)
                     else:
@@ -144,7 +172,7 @@ class LineReader:
                             pending.clear()
                         else:
                             data = piece
-                        self._hash.update(data)
+                        self._feed(data)
                         yield Line(line_start, _unmarked(line_start, data[:-1]), end - line_start)
                 self.consumed = end
                 line_start = end
@@ -153,7 +181,7 @@ class LineReader:
         if (pending and not skipping and self.end is None and self.unterminated_last_line
                 and parse_object(_unmarked(line_start, bytes(pending))) is not None):
             data = bytes(pending)
-            self._hash.update(data)
+            self._feed(data)
             yield Line(line_start, _unmarked(line_start, data), len(data))
             self.consumed = pos
         self.torn_tail_bytes = pos - self.consumed
@@ -226,6 +254,7 @@ def file_report(reader: LineReader, report: FileReport) -> None:
     report.size = reader.size
     report.consumed = reader.consumed
     report.sha256 = reader.sha256
+    report.at_mark = reader.at_mark
     report.mtime_ns = reader.mtime_ns
     report.torn_tail_bytes = reader.torn_tail_bytes
 

@@ -26,6 +26,9 @@ class FileReport:
     """Bytes up to the end of the last complete line (what a re-import compares)."""
     sha256: str = ""
     """SHA-256 of the consumed bytes."""
+    at_mark: tuple[int, str] | None = None
+    """A re-import's: ``(offset, SHA-256 of the bytes before it)`` at the offset the last import consumed to,
+    taken by the reader on its way (``LineReader(mark=...)``); None when not asked or not reached."""
     mtime_ns: int = 0
     lines: int = 0
     blank_lines: int = 0
