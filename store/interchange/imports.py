@@ -156,6 +156,11 @@ def _fingerprint(path: Path, consumed: int) -> str | None:
         os.close(fd)
 
 
+_Named = tuple[Path, Mapping[str, Any], os.stat_result]
+"""A source file, its entry in the import record (``size``, ``mtimeNs``, ``consumed``, ``sha256``, ``earlier``)
+and its status now."""
+
+
 def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> bool:
     """True when every source file still holds exactly the bytes the last import consumed."""
     if not origin or origin.get("importRules") != IMPORT_RULES:
@@ -163,22 +168,38 @@ def sources_unchanged(unit: SourceUnit, origin: Mapping[str, Any] | None) -> boo
     content = origin.get("contentFingerprint")
     if isinstance(content, str) and content:
         return content_fingerprint(unit) == content
-    files = origin.get("files")
+    entries = _named_files(unit, origin)
+    return entries is not None and all(st.st_mtime_ns == seen.get("mtimeNs") and _holds_as_read(path, seen, st)
+                                       for path, seen, st in entries)
+
+
+def _named_files(unit: SourceUnit, origin: Mapping[str, Any] | None) -> list[_Named] | None:
+    """Each file of ``unit`` with its entry in the import record and its own status (a link not followed), when
+    the record names exactly the unit's files and each is still a regular file (one replaced by a FIFO, a device,
+    a folder is read again, and refused there); None otherwise."""
+    files = origin.get("files") if origin is not None else None
     if not isinstance(files, Mapping) or set(files) != {str(p) for p in unit.files}:
-        return False
+        return None
+    out = []
     for path in unit.files:
         seen = files[str(path)]
         try:
             st = os.stat(path, follow_symlinks=False)
         except OSError:
-            return False
-        if not stat.S_ISREG(st.st_mode):  # replaced by a FIFO, a device, a folder: read again (and refused)
-            return False
-        if not isinstance(seen, Mapping) or st.st_size != seen.get("size") or st.st_mtime_ns != seen.get("mtimeNs"):
-            return False
-        if _fingerprint(path, int(seen.get("consumed", -1))) != seen.get("sha256"):
-            return False
-    return True
+            return None
+        if not isinstance(seen, Mapping) or not stat.S_ISREG(st.st_mode):
+            return None
+        out.append((path, seen, st))
+    return out
+
+
+def _holds_as_read(path: Path, seen: Mapping[str, Any], st: os.stat_result) -> bool:
+    """Whether a file holds exactly the bytes the last import consumed from it (``seen``, its entry): the size it
+    had, and the digest of its first ``consumed`` bytes. An entry whose ``consumed`` is not a byte count (a
+    damaged record) holds nothing: the file is read again."""
+    consumed = seen.get("consumed")
+    return (st.st_size == seen.get("size") and type(consumed) is int
+            and _fingerprint(path, consumed) == seen.get("sha256"))
 
 
 MAX_EARLIER_STATES = 32
@@ -264,19 +285,12 @@ def same_path_older_copy(unit: SourceUnit, origin: Mapping[str, Any] | None) -> 
     last import read there), when every other file of the unit holds what the last import read: an older
     copy put back at the same path (restored from a backup, a sync conflict). None otherwise (a grown file,
     a rewritten one, a file the record does not name)."""
-    files = origin.get("files") if origin is not None else None
-    if not isinstance(files, Mapping) or not unit.files or set(files) != {str(p) for p in unit.files}:
+    entries = _named_files(unit, origin)
+    if entries is None:
         return None
     older = None
-    for path in unit.files:
-        seen = files[str(path)]
-        try:
-            st = os.stat(path, follow_symlinks=False)
-        except OSError:
-            return None
-        if not isinstance(seen, Mapping) or not stat.S_ISREG(st.st_mode):
-            return None
-        if st.st_size == seen.get("size") and _fingerprint(path, int(seen.get("consumed", -1))) == seen.get("sha256"):
+    for path, seen, st in entries:
+        if _holds_as_read(path, seen, st):
             continue
         earlier = seen.get("earlier")
         digests = {e[1] for e in earlier if _state(e) and e[0] == st.st_size} if isinstance(earlier, list) else set()

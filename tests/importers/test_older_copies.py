@@ -20,8 +20,10 @@ import orjson
 import pytest
 
 from store.interchange.import_write import ImportTarget
+from store.interchange.importers import discover
 from store.interchange.importers.common import SessionReport
-from store.interchange.imports import import_root
+from store.interchange.imports import import_root, same_path_older_copy, sources_unchanged
+from store.interchange.origin_history import origin_row
 from store.transcripts.transcript import read_transcript
 from tests.samplekit import NOW
 
@@ -154,3 +156,36 @@ def test_a_shorter_file_rewritten_at_the_same_path_is_read(tmp_path: Path, untou
     path.write_bytes(turn1[:cut] + went_on)
     again = _import(db, root, target)
     assert not again.older_copy and again.files and again.status in ("unchanged", "updated")
+
+
+@pytest.mark.parametrize("consumed", ["32701", None, [32701]])
+def test_an_entry_whose_consumed_is_no_byte_count_reads_the_file_again(consumed: object, tmp_path: Path,
+                                                                       untouched_samples: Path,
+                                                                       db: sqlite3.Connection,
+                                                                       target: ImportTarget) -> None:
+    """A damaged origin entry (its ``consumed`` not a byte count) made the unchanged and older-copy checks raise
+    (``int()`` of it: TypeError for null or a list, ValueError for a string that is no number) so the import of
+    the session raised instead of answering, or took a string of digits for the count. The file holds nothing as
+    read then: it is parsed again, nothing is written, and the entry is whole again."""
+    root = tmp_path / "projects"
+    (root / "-work-a").mkdir(parents=True)
+    path = root / "-work-a" / NAME
+    shutil.copy(untouched_samples / TURN1, path)
+    sid = _import(db, root, target).session_id
+    (unit,) = discover("claude-code", root)
+    origin = origin_row(db, sid)
+    assert origin is not None
+    good = origin["origin"]
+    damaged = {**good, "files": {str(path): {**good["files"][str(path)], "consumed": consumed}}}
+    assert sources_unchanged(unit, good) and not sources_unchanged(unit, damaged)
+    assert same_path_older_copy(unit, damaged) is None
+    with db:
+        db.execute("UPDATE session_import_origins SET origin_json = ? WHERE session_id = ?",
+                   (orjson.dumps(damaged), sid))
+    size = target.transcript(sid).stat().st_size
+    again = _import(db, root, target)
+    assert again.status == "unchanged" and again.files and not again.older_copy  # parsed again, nothing written
+    assert target.transcript(sid).stat().st_size == size
+    repaired = origin_row(db, sid)
+    assert repaired is not None and repaired["origin"]["files"][str(path)]["consumed"] == path.stat().st_size
+    assert not _import(db, root, target).files  # unchanged, not parsed
