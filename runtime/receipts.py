@@ -12,12 +12,15 @@ what the database cannot say yet:
   holds the receipt (``pin`` until an index sequence covers it: an append's
   receipt rides in its line and reaches ``command_receipts`` with the index
   rows), then it is *retired*; a bounded number of recent unpinned answers
-  stay for cheap replays;
+  stay for cheap replays (at most ``keep`` of them and ``keep_bytes`` of their
+  approximate JSON size: an answer larger than that is not kept at all, the
+  database's row answers its retry);
 * a failed request releases its claim: a waiter (or a later retry) runs the
   request itself.
 
 Single trio thread, no locks. Bounded: claims in flight are bounded by the
-requests in flight, pinned ones by the index lag bound, the rest by ``keep``.
+requests in flight, pinned ones by the index lag bound, the rest by ``keep``
+and ``keep_bytes``.
 """
 
 from __future__ import annotations
@@ -30,9 +33,40 @@ import trio
 
 from store.receipts import ReceiptKey, conflict
 
-__all__ = ["Claim", "ReceiptBook", "Replayed"]
+__all__ = ["Claim", "ReceiptBook", "Replayed", "approx_size"]
 
 _Id = tuple[str, str]
+
+KEEP_BYTES = 32 * 1024 * 1024
+"""The recent answers' budget (their :func:`approx_size`): 4,096 answers of a queue's 8 MiB would be 32 GiB."""
+
+
+def approx_size(value: Any, limit: int) -> int:
+    """About the size of ``value`` as JSON (strings and bytes by their length, 8 per other item), walked only
+    until it passes ``limit`` (then some number above ``limit``): bounded work for any answer."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            total += 2 + 8 * len(item)
+            for k, v in item.items():
+                total += len(k) if isinstance(k, str) else 8
+                if isinstance(v, str):
+                    total += len(v)
+                elif isinstance(v, (dict, list, tuple, bytes, bytearray)) or hasattr(v, "data"):
+                    stack.append(v)
+        elif isinstance(item, (list, tuple)):
+            total += 2 + len(item)
+            stack.extend(item)
+        elif isinstance(item, (str, bytes, bytearray)):
+            total += len(item) + 2
+        else:
+            data = getattr(item, "data", None)  # protocol.jsonrpc.Encoded: its bytes
+            total += len(data) if isinstance(data, (bytes, bytearray)) else 8
+        if total > limit:
+            return total
+    return total
 
 
 @dataclass
@@ -81,11 +115,13 @@ class Claim:
 
 
 class ReceiptBook:
-    def __init__(self, *, keep: int = 4096) -> None:
+    def __init__(self, *, keep: int = 4096, keep_bytes: int = KEEP_BYTES) -> None:
         self._entries: dict[_Id, _Entry] = {}
-        self._recent: OrderedDict[_Id, None] = OrderedDict()  # done and unpinned, oldest first
+        self._recent: OrderedDict[_Id, int] = OrderedDict()  # done and unpinned, oldest first: their sizes
+        self._recent_bytes = 0
         self._pinned: dict[_Id, int] = {}
         self._keep = keep
+        self._keep_bytes = keep_bytes
 
     async def claim(self, key: ReceiptKey) -> Claim | Replayed:
         """Claim ``key``, or wait for the request holding it and replay its answer.
@@ -141,9 +177,19 @@ class ReceiptBook:
         entry.finished.set()
 
     def _remember(self, ident: _Id) -> None:
-        self._recent[ident] = None
-        while len(self._recent) > self._keep:
-            old, _ = self._recent.popitem(last=False)
+        """Keep a durable answer for cheap replays, within ``keep`` answers and ``keep_bytes``; its receipt
+        row is in the database, so forgetting it (even at once, when it alone is over the budget) loses
+        nothing: a retry reads the row."""
+        entry = self._entries.get(ident)
+        size = approx_size(entry.response, self._keep_bytes) if entry is not None else 0
+        if size > self._keep_bytes:
+            self._entries.pop(ident, None)
+            return
+        self._recent[ident] = size
+        self._recent_bytes += size
+        while len(self._recent) > self._keep or self._recent_bytes > self._keep_bytes:
+            old, old_size = self._recent.popitem(last=False)
+            self._recent_bytes -= old_size
             self._entries.pop(old, None)
 
     def _release(self, entry: _Entry) -> None:
