@@ -281,9 +281,7 @@ def _py_method(method: str, doc: Mapping[str, Any]) -> list[str]:
     props: Mapping[str, Any] = schema.get("properties", {})
     required = set(schema.get("required", ()))
     attr = _snake(method.split(".", 1)[1])
-    args = ["self"]
-    if props:
-        args.append("*")
+    args = ["self", "*"]
     ordered = [p for p in props if p in required] + [p for p in props if p not in required]
     for prop in ordered:
         # inside the class body ``list`` would name the ``list`` method
@@ -295,6 +293,9 @@ def _py_method(method: str, doc: Mapping[str, Any]) -> list[str]:
             if "None" not in annotation.split(" | "):
                 annotation += " | None"
             args.append(f"{arg}: {annotation} = None")
+    # every call's own bound (seconds; None: the client's call_timeout): a wire field of that name would clash
+    assert all(_snake(prop) != "timeout" for prop in props), f"{method}: a param named timeout"
+    args.append("timeout: float | None = None")
     lines = [f"    async def {attr}({', '.join(args)}) -> {result_name}:"]
     summary = spec.summary + (" Mutating: a submissionId is generated when none is given, and a retry"
                               " after a lost connection or a retriable error reuses it." if spec.mutating else "")
@@ -307,20 +308,24 @@ def _py_method(method: str, doc: Mapping[str, Any]) -> list[str]:
         else:
             lines += [f"        if {arg} is not None:", f"            params[{json.dumps(prop)}] = {arg}"]
     lines.append(f"        return cast({result_name}, await self._call({json.dumps(method)}, params, "
-                 f"{spec.mutating}))")
+                 f"{spec.mutating}, timeout))")
     return lines
 
 
 def render_py(doc: Mapping[str, Any]) -> str:
     defs: Mapping[str, Any] = doc["$defs"]
     out = [f'"""Wire types and typed methods ({HEADER})."""', "",
-           "# ruff: noqa: E501", "from __future__ import annotations", "", "import builtins",
+           "# ruff: noqa: E501, ASYNC109",
+           "# ASYNC109: a call's ``timeout`` is not only a cancel scope: its CallTimeout says whether the request",
+           "# was sent", "from __future__ import annotations", "", "import builtins",
            "from collections.abc import Awaitable, Callable, Mapping",
            "from typing import Any, Literal, NotRequired, TypedDict, cast", "",
            f"PROTOCOL_VERSION = {PROTOCOL_VERSION}", "",
            "JsonObject = dict[str, Any]",
            "Block = dict[str, Any]", '"""A transcript content block: any object with a string ``type``."""',
-           "", "CallFn = Callable[[str, dict[str, Any], bool], Awaitable[Any]]", "", ""]
+           "", "CallFn = Callable[[str, dict[str, Any], bool, float | None], Awaitable[Any]]",
+           '"""``(method, params, mutating, timeout)``: ``timeout`` is the call\'s own bound in seconds (None: the',
+           'client\'s ``call_timeout``)."""', "", ""]
     for name in sorted(defs):
         if name == "Block":
             continue

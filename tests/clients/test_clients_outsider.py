@@ -40,7 +40,16 @@ from typing import Any
 import anyio
 import pytest
 
-from pihost_client import ConnectionLost, Event, HostNotRunning, HostUnavailable, Resync, RpcError, connect
+from pihost_client import (
+    ConnectionLost,
+    Event,
+    HostNotRunning,
+    HostRefused,
+    HostUnavailable,
+    Resync,
+    RpcError,
+    connect,
+)
 from tests.clients.relay import Relay, free_port
 from tests.clients.test_client_holds_up import (
     BACKENDS,
@@ -410,34 +419,52 @@ OVERSIZED = 65 << 20
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize(("reply", "after_upgrade"), [
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ""),
-    (b"SSH-2.0-OpenSSH_9.2\r\n", ""),
-    (None, ""),
-    (None, "garbage-frames"),
-    (None, "oversized-frame"),
-], ids=["http", "garbage", "silent-websocket", "garbage-frames", "oversized-frame"])
-def test_a_server_that_is_not_a_host_is_a_typed_error_within_the_connect_timeout(
-        backend: str, reply: bytes | None, after_upgrade: str) -> None:
-    """client.py, ``connect``: it "Fails [...] with a :class:`ConnectionLost` subclass (never an exception group)";
-    the failure to connect is bounded by ``connect_timeout``. A port that answers plain HTTP, one that answers
-    something else, and a WebSocket that never answers ``host.hello`` each end in a ConnectionLost naming why,
-    within the timeout, never a hang or a raw exception; so do frames that are not answers, and a frame past the
-    client's message limit (64 MiB, ``_ws.connect_websocket``: read no further than that)."""
+@pytest.mark.parametrize(("reply", "after_upgrade", "expect"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", "", 200),
+    (b"HTTP/1.1 403 Forbidden\r\nContent-Length: 6\r\n\r\nno way", "", 403),
+    (b"SSH-2.0-OpenSSH_9.2\r\n", "", "not-http"),
+    (None, "", "no-hello"),
+    (None, "garbage-frames", "no-hello"),
+    (None, "oversized-frame", "1009"),
+    (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nfull", "", "busy"),
+], ids=["http", "http-403", "garbage", "silent-websocket", "garbage-frames", "oversized-frame", "http-503"])
+def test_a_server_that_is_not_a_host_is_a_typed_error_at_once(
+        backend: str, reply: bytes | None, after_upgrade: str, expect: int | str) -> None:
+    """client.py, ``connect``: it "Fails at once, with a :class:`ConnectionLost` subclass (never an exception
+    group), on the first failure retrying cannot fix, the rule the TypeScript client follows": a handshake
+    answered with an HTTP status other than 101 and 503, or not in HTTP, is :class:`HostRefused`
+    (``HANDSHAKE_REFUSED``) even with ``wait_for_host``; a WebSocket that never answers ``host.hello`` (or sends
+    frames that are no answer, or one past the client's 64 MiB limit: ``_ws.connect_websocket`` reads no further)
+    is :class:`HostNotRunning` after that one attempt; a busy host (503) is retried up to ``connect_timeout``. The
+    client retried every one of them for the whole ``connect_timeout`` (30 s by default) where the TypeScript one
+    stopped at once."""
     frames = {
         "": b"",
         "garbage-frames": b"\x81\x04[1,2" + b"\x81\x03{}}" + b"\x81\x02{}",  # text frames that are no answer
         "oversized-frame": b"\x81\x7f" + OVERSIZED.to_bytes(8, "big") + b"a" * OVERSIZED,
     }[after_upgrade]
     server = FakeServer(reply, frames)
+    url = f"ws://127.0.0.1:{server.port}/"
     try:
-        exc, took = _connect_raises(backend, f"ws://127.0.0.1:{server.port}/", connect_timeout=2)
+        if isinstance(expect, int) or expect == "not-http":
+            exc, took = _connect_raises(backend, url, connect_timeout=15, wait_for_host=True)
+            assert isinstance(exc, HostRefused) and exc.code == "HANDSHAKE_REFUSED", repr(exc)
+            assert exc.status == (expect if isinstance(expect, int) else None), repr(exc)
+            assert ("not HTTP" if expect == "not-http" else f"HTTP {expect}") in str(exc), str(exc)
+        elif expect == "busy":
+            exc, took = _connect_raises(backend, url, connect_timeout=2)
+            assert type(exc) is ConnectionLost and "could not connect within 2" in str(exc), repr(exc)
+            assert "code=503" in str(exc) and len(server.conns) >= 2, (str(exc), len(server.conns))
+        else:
+            exc, took = _connect_raises(backend, url, connect_timeout=15, hello_timeout=0.5)
+            assert isinstance(exc, HostNotRunning) and len(server.conns) == 1, (repr(exc), len(server.conns))
+            if expect == "1009":  # closed at the limit (1009), not read on to the end
+                assert "code=1009" in str(exc), str(exc)
+            else:
+                assert "no answer to host.hello within 0.5 s" in str(exc), str(exc)
     finally:
         server.close()
-    assert isinstance(exc, ConnectionLost), repr(exc)
-    assert "could not connect within 2" in str(exc) and took < 10, (str(exc), took)
-    if after_upgrade == "oversized-frame":  # closed at the limit (1009), not read on to the end
-        assert "code=1009" in str(exc), str(exc)
+    assert took < 10, (str(exc), took)
 
 
 # -- large sessions and error codes ----------------------------------------------------------------------------
@@ -544,11 +571,13 @@ def test_a_reconnect_to_a_server_that_never_answers_hello_gives_up_and_tries_aga
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_first_connection_to_a_server_that_never_answers_hello_says_so(backend: str) -> None:
     """client.py, ``connect``: ``hello_timeout`` bounds each attempt, "the first connection stays bounded by
-    ``connect_timeout`` as a whole". Against a silent WebSocket the attempts give up on hello and retry, and the
-    error names why (it said "could not connect within 3 s (None)")."""
+    ``connect_timeout`` as a whole". Against a silent WebSocket the attempts (``wait_for_host``: a failure that
+    is not a refusal is retried) give up on hello and retry, and the error names why (it said "could not connect
+    within 3 s (None)")."""
     server = FakeServer(None)
     try:
-        exc, _ = _connect_raises(backend, f"ws://127.0.0.1:{server.port}/", connect_timeout=3, hello_timeout=0.5)
+        exc, _ = _connect_raises(backend, f"ws://127.0.0.1:{server.port}/", connect_timeout=3, hello_timeout=0.5,
+                                 wait_for_host=True)
     finally:
         server.close()
     assert type(exc) is ConnectionLost and "could not connect within 3" in str(exc), repr(exc)

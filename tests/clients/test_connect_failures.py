@@ -59,6 +59,18 @@ def test_a_bad_token_fails_at_once_with_a_typed_exception(host: HostProcess, bac
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_refused_handshake_fails_at_once_even_when_waiting_for_a_host(host: HostProcess, backend: str) -> None:
+    """clients/python/README.md, "The first connection": a handshake the host refuses (an Origin it does not
+    allow: 403) is ``HostRefused`` (``HANDSHAKE_REFUSED``, the status and the host's reason) at once, as in the
+    TypeScript client; retrying cannot fix it, so ``wait_for_host`` does not retry it either. It was retried for
+    the whole ``connect_timeout``."""
+    exc = _raised(backend, url=host.url, token=host.token, origin="http://evil.example", connect_timeout=30,
+                  wait_for_host=True)
+    assert type(exc) is HostRefused and exc.code == "HANDSHAKE_REFUSED" and exc.status == 403, repr(exc)
+    assert "HTTP 403" in str(exc) and "Origin http://evil.example is not allowed" in str(exc), str(exc)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_no_host_fails_at_once_unless_asked_to_wait(tmp_path: Path, backend: str) -> None:
     """Issue 25: a data directory that does not exist, and one no host runs on, fail at once; waiting for a
     host is asked for, says so, and ends in a plain ConnectionLost at its timeout."""

@@ -19,7 +19,7 @@ def test_every_routed_method_has_a_typed_wrapper_and_a_methods_entry() -> None:
     ts = TS_PATH.read_text(encoding="utf-8")
     routed = routed_methods()
     assert set(routed) == {n for n, r in ROUTES.items() if r.via is not Via.CONNECTION}
-    api = gen.GeneratedMethods(lambda method, params, mutating: None)  # type: ignore[arg-type,return-value]
+    api = gen.GeneratedMethods(lambda method, params, mutating, timeout: None)  # type: ignore[arg-type,return-value]
     for method in routed:
         area, verb = method.split(".", 1)
         attr = "".join("_" + c.lower() if c.isupper() else c for c in verb)

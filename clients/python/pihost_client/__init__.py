@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import types
 from ._generated import EVENT_PAYLOADS, MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES
 from .client import Client, Event, Resync, RpcError, Subscription, connect
-from .errors import ConnectionLost, HostNotRunning, HostRefused, HostUnavailable
+from .errors import CallTimeout, ConnectionLost, HostNotRunning, HostRefused, HostUnavailable
 from .hostinfo import HostInfo, default_data_dir, read_host_info
 
 __version__ = "0.1.0"
@@ -20,6 +20,7 @@ __all__ = [
     "MUTATING",
     "PROTOCOL_VERSION",
     "RETRIABLE_CODES",
+    "CallTimeout",
     "Client",
     "ConnectionLost",
     "Event",

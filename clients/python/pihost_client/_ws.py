@@ -29,7 +29,7 @@ from wsproto.events import (
     TextMessage,
 )
 
-__all__ = ["WebSocket", "WebSocketClosed", "connect_websocket"]
+__all__ = ["HandshakeRefused", "WebSocket", "WebSocketClosed", "connect_websocket"]
 
 _READ_CHUNK = 65536
 
@@ -41,6 +41,12 @@ class WebSocketClosed(Exception):
         super().__init__(f"connection closed (code={code}, reason={reason!r})")
         self.code = code
         self.reason = reason
+
+
+class HandshakeRefused(WebSocketClosed):
+    """The server answered the opening handshake with something other than ``101``: an HTTP status (``code``;
+    the body as ``reason``: 403 for an Origin or Host the host refuses, 503 while it stops or is full, 200 or
+    404 from a web server that is no host), or ``code`` None when the answer was not HTTP at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,24 @@ class WebSocket:
         self._parts: list[str] = []
         self._size = 0
         self._closed: WebSocketClosed | None = None
+        self._heard = 0
+        self._heard_event = anyio.Event()
+
+    @property
+    def heard(self) -> int:
+        """How many reads brought data from the peer so far (a keepalive's proof of life)."""
+        return self._heard
+
+    async def wait_heard(self, since: int) -> None:
+        """Until the peer sent something after :attr:`heard` was ``since``, or the socket closed."""
+        while self._heard <= since and self._closed is None:
+            await self._heard_event.wait()
+
+    async def ping(self) -> None:
+        """Send a ping; the peer's pong (or any frame) shows in :attr:`heard`."""
+        if self._closed is not None:
+            raise self._closed
+        await self._write(self._ws.send(Ping(payload=b"pihost-keepalive")))
 
     @property
     def closed(self) -> WebSocketClosed | None:
@@ -112,6 +136,9 @@ class WebSocket:
                 data = await self._stream.receive(_READ_CHUNK)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 raise self._mark(1006, "the connection was lost") from None
+            self._heard += 1
+            heard, self._heard_event = self._heard_event, anyio.Event()
+            heard.set()
             self._ws.receive_data(data)
             self._pending.extend(self._ws.events())  # type: ignore[arg-type]
 
@@ -161,8 +188,9 @@ async def connect_websocket(url: str, *, headers: Sequence[tuple[str, str]] = ()
                             open_timeout: float = 30.0) -> WebSocket:
     """Open a TCP connection to ``url`` and complete the WebSocket handshake.
 
-    A refused handshake raises :class:`WebSocketClosed` with the HTTP status as
-    ``code`` and the response body as ``reason``.
+    A refused handshake raises :class:`HandshakeRefused` with the HTTP status as
+    ``code`` and the response body as ``reason`` (``code`` None: the answer was
+    not HTTP).
     """
     target = _parse(url)
     try:
@@ -182,12 +210,21 @@ async def connect_websocket(url: str, *, headers: Sequence[tuple[str, str]] = ()
             await stream.send(ws.send(Request(host=target.host_header, target=target.resource,
                                               extra_headers=extra)))
             status: int | None = None
+            seen = False
             body: list[bytes] = []
             while True:
                 try:
                     data = await stream.receive(_READ_CHUNK)
                 except anyio.EndOfStream:
-                    raise WebSocketClosed(status, b"".join(body).decode("utf-8", "replace") or None) from None
+                    said = b"".join(body).decode("utf-8", "replace") or None
+                    if status is not None:
+                        raise HandshakeRefused(status, said) from None
+                    raise WebSocketClosed(None, "the connection closed during the handshake") from None
+                if not seen and not b"HTTP/".startswith(data[:5]):
+                    # an SSH banner, a database's greeting...: not an HTTP server, so no host (and no reason
+                    # to wait for more of it)
+                    raise HandshakeRefused(None, f"the answer is not HTTP: {data[:40]!r}")
+                seen = True
                 ws.receive_data(data)
                 events = list(ws.events())
                 for index, event in enumerate(events):
@@ -198,11 +235,11 @@ async def connect_websocket(url: str, *, headers: Sequence[tuple[str, str]] = ()
                     if isinstance(event, RejectConnection):
                         status = event.status_code
                         if not event.has_body:
-                            raise WebSocketClosed(status, None)
+                            raise HandshakeRefused(status, None)
                     elif isinstance(event, RejectData):
                         body.append(event.data)
                         if event.body_finished:
-                            raise WebSocketClosed(status, b"".join(body).decode("utf-8", "replace"))
+                            raise HandshakeRefused(status, b"".join(body).decode("utf-8", "replace"))
     except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
         # the peer reset the connection mid-handshake (a host killed as it started): a closed
         # connection the caller retries, not a crash of the caller

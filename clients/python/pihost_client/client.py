@@ -27,12 +27,20 @@ Runs under asyncio and trio (anyio). What it does for you:
   attempt waits at most ``hello_timeout`` seconds (10) for the answer to
   ``host.hello`` once the WebSocket is open: a server that takes the socket
   and never answers is left, and the client tries again after its backoff.
-  A call already sent on an open connection ends only with that connection
-  (there is no per-call timer and no keepalive, as in the TypeScript client):
-  to bound it, cancel it, e.g. ``with anyio.move_on_after(5): await ...`` (the
-  counterpart of the TypeScript client's ``AbortSignal``); a mutating call
-  cancelled after it was sent may have taken effect: send it again with the
-  same ``submission_id`` to know.
+  A call already sent on an open connection ends with its answer, with that
+  connection, or with its timeout (``timeout=`` on the call, else the
+  client's ``call_timeout``; none by default, since a call may rightly take
+  minutes, e.g. ``import.sessions``): :class:`CallTimeout` says whether the
+  request was sent and so may have taken effect (then send it again with the
+  same ``submission_id``: the host applies it at most once). A host that is
+  gone or frozen with the connection left open is found by the keepalive (a
+  WebSocket ping every ``keepalive_interval`` seconds, 20, unanswered within
+  ``keepalive_timeout``, 20): the connection is closed and its calls are
+  retried on the next one, waiting at most ``reconnect_timeout``; as in the
+  TypeScript client (``timeoutMs``, ``callTimeoutMs``, ``keepaliveIntervalMs``).
+  A caller can also cancel a call, e.g. ``with anyio.move_on_after(5): ...``
+  (the TypeScript client's ``AbortSignal``); a mutating call cancelled after
+  it was sent may have taken effect in the same way.
 * **Callbacks that raise**: what ``on_state`` or ``on_connect`` raises (an
   :class:`Exception`) is passed to ``on_callback_error(error, name)``
   (default: logged with its traceback at error level on the
@@ -72,12 +80,12 @@ import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._generated import MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES, GeneratedMethods
-from ._ws import WebSocket, WebSocketClosed, connect_websocket
-from .errors import ConnectionLost, HostNotRunning, HostRefused, HostUnavailable
+from ._ws import HandshakeRefused, WebSocket, WebSocketClosed, connect_websocket
+from .errors import CallTimeout, ConnectionLost, HostNotRunning, HostRefused, HostUnavailable
 from .hostinfo import HostInfo, read_host_info
 
-__all__ = ["Client", "ConnectionLost", "Event", "HostNotRunning", "HostRefused", "HostUnavailable", "Resync",
-           "RpcError", "Subscription", "connect"]
+__all__ = ["CallTimeout", "Client", "ConnectionLost", "Event", "HostNotRunning", "HostRefused", "HostUnavailable",
+           "Resync", "RpcError", "Subscription", "connect"]
 
 _log = logging.getLogger("pihost_client")
 
@@ -97,7 +105,11 @@ class RpcError(Exception):
 
     @property
     def retriable(self) -> bool:
-        return self.data_code in RETRIABLE_CODES or bool(self.data.get("retriable", False))
+        """Whether the same request may succeed if sent again: what the host says (``data.retriable``, sent with
+        every error, e.g. true for a ``PAYLOAD_TOO_LARGE`` batch entry that ran), else the code table
+        (:data:`RETRIABLE_CODES`). The TypeScript client's ``RpcError.retriable`` reads it the same way."""
+        said = self.data.get("retriable")
+        return said if isinstance(said, bool) else self.data_code in RETRIABLE_CODES
 
     @property
     def field_errors(self) -> list[dict[str, Any]]:
@@ -142,6 +154,13 @@ class Resync:
 
 
 @dataclass
+class _Progress:
+    """How far one call got: ``sent`` once a try began writing its request to a connection."""
+
+    sent: bool = False
+
+
+@dataclass
 class _Slot:
     event: anyio.Event = field(default_factory=anyio.Event)
     response: dict[str, Any] | None = None
@@ -159,12 +178,15 @@ class _Connection:
         self.done = anyio.Event()
         self.hello: dict[str, Any] = {}
 
-    async def call(self, method: str, params: dict[str, Any], on_result: Callable[[Any], None] | None = None) -> Any:
+    async def call(self, method: str, params: dict[str, Any], on_result: Callable[[Any], None] | None = None,
+                   progress: _Progress | None = None) -> Any:
         request_id = next(self._ids)
         slot = self._slots[request_id] = _Slot(on_result=on_result)
         try:
             frame = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
                                ensure_ascii=False, allow_nan=False)
+            if progress is not None:
+                progress.sent = True  # from the first byte on, the host may have it
             try:
                 await self.ws.send(frame)
             except WebSocketClosed as exc:
@@ -186,10 +208,29 @@ class _Connection:
         the reader has finished with it)."""
         return not self.done.is_set() and self.ws.closed is None
 
-    async def abort(self) -> None:
+    async def abort(self, code: int = 1000, reason: str = "") -> None:
         """Close the socket under the reader, which then ends (``done``)."""
         with anyio.CancelScope(shield=True):
-            await self.ws.aclose()
+            await self.ws.aclose(code, reason)
+
+    async def keepalive(self, interval: float, patience: float) -> None:
+        """Ping every ``interval`` seconds. When nothing comes back within ``patience`` seconds of a ping (no pong,
+        no frame at all), the host is gone or frozen with the connection left open: close it, so that the calls
+        waiting on it fail over to the reconnect (and, being retried, wait at most ``reconnect_timeout``)."""
+        while True:
+            await anyio.sleep(interval)
+            heard = self.ws.heard
+            with anyio.move_on_after(patience):
+                try:
+                    await self.ws.ping()  # a send stuck behind a full socket buffer is silence too
+                except WebSocketClosed:
+                    return
+                await self.ws.wait_heard(heard)
+            if self.ws.closed is not None:
+                return
+            if self.ws.heard == heard:
+                await self.abort(1011, f"no answer to a keepalive ping within {patience:g} s")
+                return
 
     async def read(self) -> None:
         try:
@@ -388,7 +429,9 @@ class Client(GeneratedMethods):
 
     def __init__(self, endpoint: Callable[[], HostInfo], *, client_id: str, client_kind: str,
                  origin: str | None, reconnect: bool, max_attempts: int, backoff: float,
-                 max_backoff: float, reconnect_timeout: float = 30.0, hello_timeout: float = 10.0) -> None:
+                 max_backoff: float, reconnect_timeout: float = 30.0, hello_timeout: float = 10.0,
+                 call_timeout: float | None = None, keepalive_interval: float | None = 20.0,
+                 keepalive_timeout: float = 20.0) -> None:
         super().__init__(self._call)
         self._endpoint = endpoint
         self.client_id = client_id
@@ -400,6 +443,9 @@ class Client(GeneratedMethods):
         self._max_backoff = max_backoff
         self._reconnect_timeout = reconnect_timeout
         self._hello_timeout = hello_timeout
+        self._call_timeout = _bound("call_timeout", call_timeout)
+        self._keepalive = None if keepalive_interval is None or math.isinf(keepalive_interval) else (
+            _positive("keepalive_interval", keepalive_interval), _positive("keepalive_timeout", keepalive_timeout))
         self._conn: _Connection | None = None
         self._ready = anyio.Event()
         self._closing = False
@@ -439,6 +485,8 @@ class Client(GeneratedMethods):
         error: BaseException | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(conn.read)
+            if self._keepalive is not None:
+                tg.start_soon(conn.keepalive, *self._keepalive)
             try:
                 with anyio.move_on_after(self._hello_timeout) as hello_wait:
                     try:
@@ -446,7 +494,8 @@ class Client(GeneratedMethods):
                             "token": token, "clientId": self.client_id,
                             "clientKind": self.client_kind, "protocol": PROTOCOL_VERSION})
                     except RpcError as exc:
-                        if exc.data_code in REFUSED_HELLO_CODES:
+                        # refused for good; on the first connection, so is any error retrying cannot fix
+                        if exc.data_code in REFUSED_HELLO_CODES or (self.connects == 0 and not exc.retriable):
                             raise HostRefused(exc.data_code, exc.message) from None
                         raise
                 if hello_wait.cancelled_caught:
@@ -461,6 +510,7 @@ class Client(GeneratedMethods):
                     self._notify("on_connect", lambda: on_connect(hello))
                 self._wake()
                 await conn.done.wait()
+                self.last_error = ws.closed  # why it closed (the host's close frame, a keepalive left unanswered)
             except (RpcError, ConnectionLost) as exc:  # HostRefused included
                 error = exc
             finally:
@@ -474,13 +524,16 @@ class Client(GeneratedMethods):
     async def _run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The one reconnect loop: backoff doubling from ``backoff`` to ``max_backoff``, with jitter, reset once
         connected. It stops for good (``fatal``) when the host refuses this client, when the data directory does
-        not exist, and, before the first connection, when no host runs there (unless ``wait_for_host``)."""
+        not exist, and, before the first connection, on the first failure retrying cannot fix
+        (:meth:`_first_failure`)."""
         task_status.started()
         delay = self._backoff
         try:
             while not self._closing:
+                url: str | None = None
                 try:
                     info = await anyio.to_thread.run_sync(self._endpoint)
+                    url = info.url
                     headers = [("Origin", self._origin)] if self._origin else []
                     ws = await connect_websocket(info.url, headers=headers)
                 except HostNotRunning as exc:
@@ -491,8 +544,7 @@ class Client(GeneratedMethods):
                     self._tell(f"waiting for a host: {exc}")
                 except (OSError, WebSocketClosed, TimeoutError) as exc:
                     self.last_error = exc
-                    if isinstance(exc, ConnectionRefusedError) and self.connects == 0 and not self._wait_for_host:
-                        self.last_error = self.fatal = HostNotRunning(f"no host answered on {info.url} ({exc})")
+                    if self._first_failure(url, exc):
                         return
                     self._tell(f"waiting for the host to answer: {exc}")
                 else:
@@ -504,6 +556,8 @@ class Client(GeneratedMethods):
                         return
                     except (RpcError, ConnectionLost) as exc:
                         self.last_error = exc
+                        if self._first_failure(url, exc):
+                            return
                         self._tell(f"waiting for the host to answer: {exc}")
                 if not self._reconnect:
                     return
@@ -512,6 +566,26 @@ class Client(GeneratedMethods):
         finally:
             self._closing = True
             self._wake()
+
+    def _first_failure(self, url: str | None, exc: BaseException) -> bool:
+        """Before the first connection, whether ``exc`` ends the client (``fatal``), as in the TypeScript client:
+        a refused handshake (an HTTP answer other than 101 and 503, or no HTTP at all: :class:`HostRefused`
+        ``HANDSHAKE_REFUSED``) always; any failure but a busy host's (503, a retriable answer to ``host.hello``)
+        unless ``wait_for_host`` (:class:`HostNotRunning`)."""
+        if self.connects > 0:
+            return False
+        if isinstance(exc, HandshakeRefused) and exc.code != 503:
+            said = "no HTTP answer" if exc.code is None else f"HTTP {exc.code}"
+            if exc.reason:
+                said += f" ({exc.reason.strip()[:200]})"
+            self.last_error = self.fatal = HostRefused(
+                "HANDSHAKE_REFUSED", f"{url} answered the WebSocket handshake with {said}", status=exc.code)
+            return True
+        busy = (isinstance(exc, HandshakeRefused) and exc.code == 503) or (isinstance(exc, RpcError) and exc.retriable)
+        if busy or self._wait_for_host:
+            return False
+        self.last_error = self.fatal = HostNotRunning(f"no host answered on {url} ({exc})")
+        return True
 
     def _tell(self, state: str) -> None:
         on_state = self.on_state
@@ -553,15 +627,34 @@ class Client(GeneratedMethods):
         raise HostUnavailable(waited, self.last_error)
 
     # -- calls -----------------------------------------------------------------
-    async def _call(self, method: str, params: dict[str, Any], mutating: bool) -> Any:
+    # ASYNC109: a call's timeout is more than a cancel scope (its CallTimeout says whether the request was sent)
+    async def _call(self, method: str, params: dict[str, Any], mutating: bool,
+                    timeout: float | None = None) -> Any:  # noqa: ASYNC109
         if mutating and params.get("submissionId") is None:
             params = {**params, "submissionId": uuid.uuid4().hex}
-        return await self.call(method, params)
+        return await self.call(method, params, timeout=timeout)
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def call(self, method: str, params: dict[str, Any] | None = None, *,
+                   timeout: float | None = None) -> Any:  # noqa: ASYNC109
         """Call any method by name; retried like the typed ones (mutating calls need a ``submissionId``
-        in ``params`` to be retried after a lost connection)."""
+        in ``params`` to be retried after a lost connection).
+
+        ``timeout`` bounds the whole call in seconds, waiting for a connection and retries included (None: the
+        client's ``call_timeout``; ``math.inf``: no bound for this call); past it the call raises
+        :class:`CallTimeout`, which says whether the request was sent and so may have taken effect."""
         params = dict(params or {})
+        limit = self._call_timeout if timeout is None else _bound("timeout", timeout)
+        progress = _Progress()
+        if limit is None:
+            return await self._attempts(method, params, progress)
+        with anyio.move_on_after(limit) as bounded:
+            return await self._attempts(method, params, progress)
+        assert bounded.cancelled_caught
+        submission_id = params.get("submissionId")
+        raise CallTimeout(method, limit, sent=progress.sent, mutating=method in MUTATING,
+                          submission_id=submission_id if isinstance(submission_id, str) else None)
+
+    async def _attempts(self, method: str, params: dict[str, Any], progress: _Progress) -> Any:
         retry_safe = method not in MUTATING or params.get("submissionId") is not None
         attempt = 0
         delay = self._backoff
@@ -570,7 +663,7 @@ class Client(GeneratedMethods):
             attempt += 1
             conn = await self._connection()
             try:
-                return await conn.call(method, params)
+                return await conn.call(method, params, progress=progress)
             except ConnectionLost:
                 if not (self._reconnect and retry_safe) or attempt >= self._max_attempts:
                     raise
@@ -622,6 +715,17 @@ class _SubscribeContext:
             await self._sub.aclose()
 
 
+def _positive(name: str, value: float) -> float:
+    if not value > 0:
+        raise ValueError(f"{name} must be a number of seconds > 0, not {value!r}")
+    return value
+
+
+def _bound(name: str, value: float | None) -> float | None:
+    """A call's bound in seconds: None or ``math.inf`` for none, else a number > 0."""
+    return None if value is None or math.isinf(value) else _positive(name, value)
+
+
 def _reconnected_line(resumed: list[int | None]) -> str:
     """What ``on_state`` says after a reconnect: where the subscriptions resumed."""
     cursors = [c for c in resumed if c is not None]
@@ -651,16 +755,23 @@ async def connect(url: str | None = None, token: str | None = None, *,
                   client_kind: str = "ui", origin: str | None = None, reconnect: bool = True,
                   max_attempts: int = 8, backoff: float = 0.1, max_backoff: float = 2.0,
                   connect_timeout: float = 30.0, reconnect_timeout: float = 30.0, hello_timeout: float = 10.0,
-                  wait_for_host: bool = False, on_state: Callable[[str], None] | None = None,
+                  call_timeout: float | None = None, keepalive_interval: float | None = 20.0,
+                  keepalive_timeout: float = 20.0, wait_for_host: bool = False,
+                  on_state: Callable[[str], None] | None = None,
                   on_callback_error: Callable[[Exception, str], None] | None = None) -> AsyncIterator[Client]:
     """Connect to a host by ``url`` + ``token``, or by its data directory (``host.json``; the
     default data directory when neither is given). ``client_id`` should be stable per install
     (it scopes command receipts); a random one is used when absent.
 
-    Fails at once, with a :class:`ConnectionLost` subclass (never an exception group), when the
-    host refuses the token or protocol (:class:`HostRefused`), when the data directory does not
-    exist, and when no host runs on it or nobody listens on ``url`` (:class:`HostNotRunning`;
-    ``wait_for_host=True`` waits for one instead, up to ``connect_timeout``, telling ``on_state`` so).
+    Fails at once, with a :class:`ConnectionLost` subclass (never an exception group), on the first failure
+    retrying cannot fix, the rule the TypeScript client follows: the server refuses this client
+    (:class:`HostRefused`: a bad token or protocol, another error ``host.hello`` answers that is not retriable,
+    or a WebSocket handshake answered with an HTTP status other than 101 and 503, or not in HTTP, e.g. a web
+    server that is no host); the data directory does not exist; and any other failure of the first attempt
+    (no host.json, nobody listening on ``url``, the connection closed before ``host.hello`` was answered;
+    :class:`HostNotRunning`) unless ``wait_for_host=True``, which waits for a host instead, up to
+    ``connect_timeout``, telling ``on_state`` so. A busy host (the handshake answered 503, ``host.hello`` a
+    retriable error such as ``SHUTTING_DOWN``) is retried up to ``connect_timeout`` either way.
     Exceptions raised in the ``async with`` body come out as they were raised, not wrapped in a group.
 
     Once connected, a call made while the connection is down waits at most ``reconnect_timeout`` seconds
@@ -670,6 +781,12 @@ async def connect(url: str | None = None, token: str | None = None, *,
     Every connection attempt, the first and each reconnect, waits at most ``hello_timeout`` seconds (default 10)
     for the answer to ``host.hello`` once the WebSocket is open; then it closes that socket and tries again after
     its backoff (the first connection stays bounded by ``connect_timeout`` as a whole).
+
+    ``call_timeout`` (seconds; default None: no bound) bounds every call, waiting for a connection and retries
+    included, unless the call passes its own ``timeout``; past it the call raises :class:`CallTimeout`. The
+    connection is checked instead: a WebSocket ping every ``keepalive_interval`` seconds (default 20; None: no
+    pings) that nothing answers within ``keepalive_timeout`` seconds (default 20) closes it, and its calls fail
+    over to the reconnect, bounded by ``reconnect_timeout``.
 
     ``on_state`` (and ``client.on_connect``) are the app's: what they raise goes to ``on_callback_error(error,
     name)`` with ``name`` "on_state" or "on_connect" (default: logged at error level, with the traceback, on the
@@ -688,7 +805,8 @@ async def connect(url: str | None = None, token: str | None = None, *,
     client = Client(endpoint, client_id=client_id or f"py-{uuid.uuid4().hex[:12]}", client_kind=client_kind,
                     origin=origin, reconnect=reconnect, max_attempts=max_attempts if reconnect else 1,
                     backoff=backoff, max_backoff=max_backoff if math.isfinite(max_backoff) else 2.0,
-                    reconnect_timeout=reconnect_timeout, hello_timeout=hello_timeout)
+                    reconnect_timeout=reconnect_timeout, hello_timeout=hello_timeout, call_timeout=call_timeout,
+                    keepalive_interval=keepalive_interval, keepalive_timeout=keepalive_timeout)
     client._wait_for_host = wait_for_host
     client.on_state = on_state
     client.on_callback_error = on_callback_error
