@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pihost_client import CallTimeout, ConnectionLost, HostUnavailable, RpcError
+from pihost_client import CallTimeout, HostUnavailable, RpcError
 from tests.clients.test_client_holds_up import BACKENDS, Host, fast, run, text_message
 
 SLACK = 30
@@ -92,7 +92,7 @@ def test_a_call_to_a_frozen_host_times_out_saying_whether_it_may_have_taken_effe
         async with fast(host.data_dir, "gone", keepalive_interval=None, reconnect_timeout=math.inf) as e:
             await host.terminate()
             with anyio.fail_after(SLACK):
-                while e.connected:  # the host's close frame read
+                while e.connected:  # noqa: ASYNC110 - the client reads the host's close frame in its own task
                     await anyio.sleep(0.05)
             with anyio.fail_after(SLACK), pytest.raises(CallTimeout) as unsent:
                 await e.session.rename(session_id=sid, title="Never", timeout=0.5)
@@ -124,7 +124,7 @@ def test_the_keepalive_ends_a_call_to_a_frozen_host_without_any_timeout(host: Ho
                 os.kill(pid, signal.SIGCONT)
             assert "keepalive" in str(lost.value), lost.value
             with anyio.fail_after(SLACK):
-                while not c.connected:
+                while not c.connected:  # noqa: ASYNC110 - the client reconnects in its own task
                     await anyio.sleep(0.05)
                 assert (await c.session.get(session_id=sid))["session"]["title"] == "Keepalive"
             assert c.connects == 2

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from pihost_client import connect
 from tests.clients.relay import free_port
+from tests.clients.test_clients_outsider import FakeServer
 from tests.clients.test_typescript_reconnect import (
     CAP_MS,
     INITIAL_MS,
@@ -211,3 +213,127 @@ def test_a_keyed_write_killed_before_it_was_written_is_applied_once_with_its_fir
         node.stop()
         host.terminate()
         host.proc.communicate()
+
+
+def _timed(node: Node, tag: str, method: str, timeout_ms: int | None = None,
+           **params: Any) -> Callable[[float], Line]:
+    """Start a call (with its own ``timeoutMs`` when given); returns a function waiting for how it ended."""
+    bound = {} if timeout_ms is None else {"timeoutMs": timeout_ms}
+    node.run("start", tag=tag, method=method, params=params, **bound)
+    return lambda timeout: node.seen(lambda x: x.get("kind") == "done" and x.get("tag") == tag, timeout)
+
+
+def test_a_call_to_a_frozen_host_times_out_saying_whether_it_may_have_taken_effect(harness: Path,
+                                                                                   data_dir: Path) -> None:
+    """clients/typescript/README.md: a call's `timeoutMs` (else the client's `callTimeoutMs`) ends it with a
+    `CallTimeout` that says whether the request was sent and so may have taken effect, and a keyed write sent again
+    with the same `submissionId` is applied once; a call that finds no connection was never sent. And `retriable`
+    is what the host says (`data.retriable`), the code table only when it says nothing (it ignored the host).
+
+    A call sent to a stopped host (SIGSTOP, connection open) waited until its caller aborted it."""
+    port = free_port()
+    host = start_host_process(data_dir, "--port", str(port))
+    node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS},
+                callTimeoutMs=700, keepaliveIntervalMs=10**9, reconnectTimeoutMs=10**9)
+    stopped = False
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        assert node.run("retriable", data={"code": "PAYLOAD_TOO_LARGE", "retriable": True, "ran": True}) is True
+        assert node.run("retriable", data={"code": "BUSY", "retriable": False}) is False
+        assert node.run("retriable", data={"code": "BUSY"}) is True
+        sid = node.run("create", title="TS frozen")
+        os.kill(host.proc.pid, signal.SIGSTOP)
+        stopped = True
+        write = _timed(node, "write", "session.appendMessage", 400, sessionId=sid, message=_message("m1"),
+                         submissionId="ts-frozen-m1")(10)
+        read = _timed(node, "read", "session.get", sessionId=sid)(10)  # the client's callTimeoutMs
+        assert _until(node, {"waiting": 0, "inFlight": 0}) == {"waiting": 0, "inFlight": 0}
+        os.kill(host.proc.pid, signal.SIGCONT)
+        stopped = False
+        assert write.get("name") == "CallTimeout" and write["timeoutMs"] == 400, write
+        assert write["sent"] is True and write["mayHaveTakenEffect"] is True, write
+        assert write["submissionId"] == "ts-frozen-m1" and "'ts-frozen-m1'" in write["error"], write
+        assert "may have taken effect" in write["error"] and write["connectionLost"] is False, write
+        assert read.get("name") == "CallTimeout" and read["timeoutMs"] == 700, read
+        assert read["sent"] is True and read["mayHaveTakenEffect"] is False and "changes nothing" in read["error"]
+        again = _timed(node, "again", "session.appendMessage", sessionId=sid, message=_message("m1"),
+                         submissionId="ts-frozen-m1")(20)
+        assert again.get("value", {}).get("message", {}).get("id") == "m1", again
+        assert _ids(host, sid) == ["m1"]
+        # the host is gone: a call that finds no connection was never sent
+        assert host.terminate() == 0
+        node.expect(_state("waiting"))
+        unsent = _timed(node, "unsent", "session.rename", sessionId=sid, title="never")(10)
+        assert unsent.get("name") == "CallTimeout" and unsent["sent"] is False, unsent
+        assert unsent["mayHaveTakenEffect"] is False and "never sent" in unsent["error"], unsent
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0  # no timer left behind
+    finally:
+        if stopped:
+            os.kill(host.proc.pid, signal.SIGCONT)
+        node.stop()
+        host.terminate()
+        host.proc.communicate()
+
+
+def test_the_keepalive_ends_a_call_to_a_frozen_host_without_any_timeout(harness: Path, data_dir: Path) -> None:
+    """clients/typescript/README.md: with the `ws` package the client pings every `keepaliveIntervalMs`; a host
+    that answers nothing within `keepaliveTimeoutMs` is dropped, and a call on it (retried on the next connection)
+    ends with `HostUnavailable` once `reconnectTimeoutMs` passes; the client reconnects when the host runs again."""
+    port = free_port()
+    host = start_host_process(data_dir, "--port", str(port))
+    node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS},
+                keepaliveIntervalMs=200, keepaliveTimeoutMs=500, reconnectTimeoutMs=1000)
+    stopped = False
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        sid = node.run("create", title="TS keepalive")
+        time.sleep(0.6)  # pings answered: a live host is left alone
+        assert not any(x.get("kind") == "state" and x.get("state") == "waiting" for x in node.lines), node.lines
+        os.kill(host.proc.pid, signal.SIGSTOP)
+        stopped = True
+        lost = _timed(node, "lost", "session.get", sessionId=sid)(20)
+        os.kill(host.proc.pid, signal.SIGCONT)
+        stopped = False
+        assert lost.get("name") == "HostUnavailable" and "keepalive" in (lost["lastError"] or ""), lost
+        node.expect(_state("reconnected"), timeout=30)
+        back = _timed(node, "back", "session.get", sessionId=sid)(20)
+        assert back.get("value", {}).get("session", {}).get("title") == "TS keepalive", back
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0
+    finally:
+        if stopped:
+            os.kill(host.proc.pid, signal.SIGCONT)
+        node.stop()
+        host.terminate()
+        host.proc.communicate()
+
+
+@pytest.mark.parametrize(("reply", "expect"), [
+    (b"HTTP/1.1 403 Forbidden\r\nContent-Length: 6\r\n\r\nno way", 403),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", 200),
+    (b"SSH-2.0-OpenSSH_9.2\r\n", None),
+    (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nfull", 503),
+], ids=["http-403", "http-200", "not-http", "http-503"])
+def test_a_refused_handshake_ends_the_first_connection_at_once(harness: Path, reply: bytes, expect: int | None) -> None:
+    """clients/typescript/README.md, "The first connection" (the Python client's rule): a handshake answered with an
+    HTTP status other than 101 and 503, or not in HTTP, is `HostRefused` (`HANDSHAKE_REFUSED`, `status`) at once,
+    `waitForHost` or not; a busy host (503) is tried again until `connectTimeoutMs`, `waitForHost` or not. With
+    `waitForHost` every failure was retried until `connectTimeoutMs`, and without it a 503 ended the client at
+    once as `HostNotRunning`."""
+    server = FakeServer(reply)
+    node = Node(harness, f"ws://127.0.0.1:{server.port}/", "0" * 64, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS},
+                waitForHost=expect != 503, connectTimeoutMs=15000 if expect != 503 else 2000)
+    try:
+        failed = node.expect(lambda x: x.get("kind") == "error", timeout=30)
+    finally:
+        node.stop()
+        server.close()
+    if expect == 503:
+        assert failed["name"] == "HostNotRunning" and "within 2000 ms" in failed["message"], failed
+        assert len(server.conns) >= 2, len(server.conns)  # tried again
+    else:
+        assert failed["name"] == "HostRefused" and failed["code"] == "HANDSHAKE_REFUSED", failed
+        assert failed["status"] == expect and failed["elapsedMs"] < 10000, failed
+        assert ("no HTTP answer" if expect is None else f"HTTP {expect}") in failed["message"], failed
+        assert len(server.conns) == 1, len(server.conns)

@@ -4,7 +4,8 @@
 //
 // Reconnection is done once, in one place (`HostClient.run`): a single retry chain with exponential backoff,
 // jitter and a cap; a visible state (`onState`: "waiting for a host on …", "reconnected; resumed at cursor …");
-// bad token and protocol mismatch fail at once with `HostRefused` (a `ConnectionLost`); the memory held while
+// bad token and protocol mismatch fail at once with `HostRefused` (a `ConnectionLost`); a call is bounded by its
+// `timeoutMs` or `callTimeoutMs` (`CallTimeout`) and a silent host found by a keepalive ping; the memory held while
 // the host is away is bounded (one socket, one backoff timer, at most `maxWaitingCalls` calls waiting), and so is
 // the time a call waits for it (`reconnectTimeoutMs`, then `HostUnavailable`; the client goes on reconnecting);
 // subscriptions are re-established after a reconnect from the last cursor they delivered (or resynced when the
@@ -36,8 +37,40 @@ export class RpcError extends Error {
     super(`${dataCode} (${code}): ${message}`);
     this.name = "RpcError";
   }
+  /** Whether the same request may succeed if sent again: what the host says (`data.retriable`, sent with every
+   * error, e.g. true for a `PAYLOAD_TOO_LARGE` batch entry that ran), else the code table (`RETRIABLE_CODES`).
+   * The Python client's `RpcError.retriable` reads it the same way. */
   get retriable(): boolean {
-    return (RETRIABLE_CODES as readonly string[]).includes(this.dataCode);
+    const said = this.data.retriable;
+    return typeof said === "boolean" ? said : (RETRIABLE_CODES as readonly string[]).includes(this.dataCode);
+  }
+}
+
+/** A call got no answer within its bound (`timeoutMs` of the call, else the client's `callTimeoutMs`). The call
+ * gives up; the connection and the client go on. `sent`: the request was written to a connection (by this try or an
+ * earlier one whose connection was lost), so the host may have it. `mayHaveTakenEffect`: it was sent and it is a
+ * mutating method; then send it again with the same `submissionId` (`call` always gives a mutating call one): the
+ * host applies it at most once and answers a request it already applied from its receipt. A call never sent, and a
+ * read, changed nothing. The Python client raises `CallTimeout` the same way. */
+export class CallTimeout extends Error {
+  constructor(
+    readonly method: string,
+    readonly timeoutMs: number,
+    readonly sent: boolean,
+    readonly mutating: boolean,
+    readonly submissionId: string | null,
+  ) {
+    let outcome: string;
+    if (!sent) outcome = "it was never sent (no connection): nothing took effect";
+    else if (!mutating) outcome = "it was sent; a read changes nothing: call it again";
+    else if (submissionId !== null) {
+      outcome = `it was sent and may have taken effect: send it again with the same submissionId ('${submissionId}') and the host applies it at most once`;
+    } else outcome = "it was sent and may have taken effect; it carried no submissionId, so sending it again may apply it twice";
+    super(`${method}: no answer within ${timeoutMs} ms; ${outcome}`);
+    this.name = "CallTimeout";
+  }
+  get mayHaveTakenEffect(): boolean {
+    return this.sent && this.mutating;
   }
 }
 
@@ -53,12 +86,18 @@ export class ConnectionLost extends Error {
 /** `host.hello` errors no retry can fix: the client stops at once with {@link HostRefused}. */
 export const REFUSED_HELLO_CODES = ["UNAUTHENTICATED", "UNSUPPORTED_PROTOCOL"] as const;
 
-/** The host refused this client (`code`: `UNAUTHENTICATED` for a bad token, `UNSUPPORTED_PROTOCOL`); the client
- * stops at once, without retrying. */
+/** The server refused this client in a way retrying cannot fix; the client stops at once. `code`: `UNAUTHENTICATED`
+ * (a bad token) or `UNSUPPORTED_PROTOCOL` from `host.hello`, on any connection; on the first connection also any
+ * other error `host.hello` answers that is not retriable (e.g. `INVALID_PARAMS`), and `HANDSHAKE_REFUSED` when the
+ * server answered the WebSocket handshake with an HTTP status other than 101 and 503 (`status`: 403 for an Origin or
+ * Host the host refuses; 200 or 404 from a web server that is no host) or not in HTTP (`status` null). Only a
+ * WebSocket implementation that says why a handshake failed (the `ws` package does; browsers do not) lets the
+ * client see a refused handshake: elsewhere it is a failure like any other ({@link HostNotRunning}). */
 export class HostRefused extends ConnectionLost {
   constructor(
-    readonly code: (typeof REFUSED_HELLO_CODES)[number],
+    readonly code: string,
     detail: string,
+    readonly status: number | null = null,
   ) {
     super(`the host refused this client: ${code}: ${detail}`);
     this.name = "HostRefused";
@@ -101,6 +140,13 @@ export interface WebSocketLike {
   onmessage: ((event: any) => void) | null;
   send(data: string): void;
   close(code?: number, reason?: string): void;
+  /** Send a WebSocket ping (the `ws` package has it; the WHATWG WebSocket has none, so no keepalive there). */
+  ping?: () => void;
+  /** Drop the connection at once, without a closing handshake (the `ws` package). */
+  terminate?: () => void;
+  /** Listen for a pong (the `ws` package's EventEmitter `on("pong", …)`). */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  on?: (event: string, listener: (...args: any[]) => void) => unknown;
 }
 export type WebSocketConstructor = new (url: string) => WebSocketLike;
 
@@ -158,7 +204,8 @@ export interface ConnectOptions {
   reconnect?: boolean;
   backoff?: Backoff;
   /** When no host answers the first attempt: keep trying (until `connectTimeoutMs`) instead of failing at once
-   * with `HostNotRunning`. Default false. */
+   * with `HostNotRunning`. A refusal (`HostRefused`) fails at once all the same, and a busy host (503, a retriable
+   * answer to `host.hello`) is tried again either way (README, "The first connection"). Default false. */
   waitForHost?: boolean;
   /** Bound on the first connection, retries included (ms). Default 30000. */
   connectTimeoutMs?: number;
@@ -172,6 +219,16 @@ export interface ConnectOptions {
   reconnectTimeoutMs?: number;
   /** How many times a call is sent (a lost connection or a retriable error). Default 8. */
   maxCallAttempts?: number;
+  /** Bound on every call (ms), from its start to its answer, waiting for a connection and retries included, unless
+   * the call passes its own `timeoutMs`; then it rejects with {@link CallTimeout}. Default: none (`Infinity`): a call
+   * may rightly take minutes (`import.sessions`); a host that is gone or frozen is found by the keepalive. */
+  callTimeoutMs?: number;
+  /** A WebSocket ping on each connection every so often (ms), when the WebSocket implementation can send one (the
+   * `ws` package; a browser's cannot). Default 20000; `Infinity`: none. */
+  keepaliveIntervalMs?: number;
+  /** Nothing heard that long (ms) after a ping (no pong, no frame): the connection is closed as dead, and its calls
+   * are retried on the next one (waiting at most `reconnectTimeoutMs`). Default 20000. */
+  keepaliveTimeoutMs?: number;
 }
 
 /** One `events.subscribe`, kept across reconnects: `cursor` is the last numbered event delivered. */
@@ -211,6 +268,9 @@ class Connection {
   readonly done: Promise<{ code: number; reason: string }>;
   private finish!: (how: { code: number; reason: string }) => void;
   isDone = false;
+  /** Frames (and pongs) received so far: the keepalive's proof of life. */
+  private heard = 0;
+  private keepaliveTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(
     readonly ws: WebSocketLike,
@@ -244,16 +304,49 @@ class Connection {
         if (!settled) {
           settled = true;
           const why = `${code}${reason ? ` ${reason}` : ""}${detail ? `: ${detail}` : ""}`;
-          reject(new ConnectionLost(`the connection failed (${why})`));
+          // what the server answered instead of 101, in the words of the ws package (browsers say nothing)
+          const status = /Unexpected server response: (\d+)/.exec(detail);
+          const refusal = status ? Number(status[1]) : /^Parse Error/.test(detail) ? null : undefined;
+          reject(new OpenFailed(`the connection failed (${why})`, refusal));
         }
       };
-      this.ws.onmessage = (ev: { data: unknown }) => this.route(String(ev.data));
+      this.ws.onmessage = (ev: { data: unknown }) => {
+        this.heard += 1;
+        this.route(String(ev.data));
+      };
     });
+  }
+
+  /** Ping every `intervalMs`; when nothing comes back within `timeoutMs` of a ping (no pong, no frame), the host is
+   * gone or frozen with the connection left open: close it, so the calls on it fail over to the reconnect. Only
+   * with a WebSocket that can ping (the `ws` package). */
+  keepalive(intervalMs: number, timeoutMs: number): void {
+    const ws = this.ws;
+    if (typeof ws.ping !== "function" || !(intervalMs < Infinity) || this.isDone) return;
+    ws.on?.("pong", () => void (this.heard += 1));
+    const ping = (): void => {
+      if (this.isDone) return;
+      const before = this.heard;
+      try {
+        ws.ping?.();
+      } catch {
+        return; // closing: the close event ends the connection
+      }
+      this.keepaliveTimer = setTimeout(() => {
+        if (this.isDone) return;
+        if (this.heard > before) {
+          this.keepaliveTimer = setTimeout(ping, Math.min(intervalMs, MAX_TIMER_MS));
+          return;
+        }
+        this.close(1011, `no answer to a keepalive ping within ${timeoutMs} ms`, true);
+      }, Math.min(timeoutMs, MAX_TIMER_MS));
+    };
+    this.keepaliveTimer = setTimeout(ping, Math.min(intervalMs, MAX_TIMER_MS));
   }
 
   /** Send one request; `signal` ends the wait for its answer (rejecting with the signal's reason; an answer that
    * comes later is dropped). */
-  request<T>(method: string, params: object, signal?: AbortSignal): Promise<T> {
+  request<T>(method: string, params: object, signal?: AbortSignal, progress?: { sent: boolean }): Promise<T> {
     if (this.isDone || this.ws.readyState !== OPEN) {
       return Promise.reject(new ConnectionLost("not connected"));
     }
@@ -276,7 +369,9 @@ class Connection {
       });
       signal?.addEventListener("abort", onAbort, { once: true });
       try {
-        this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+        const frame = JSON.stringify({ jsonrpc: "2.0", id, method, params });
+        if (progress !== undefined) progress.sent = true; // from here on, the host may have it
+        this.ws.send(frame);
       } catch (err) {
         this.pending.delete(id);
         settled();
@@ -290,16 +385,19 @@ class Connection {
     return this.pending.size;
   }
 
-  /** Ends the connection: fails every request in flight (they are retried by `HostClient.call`). */
-  close(code: number, reason: string): void {
+  /** Ends the connection: fails every request in flight (they are retried by `HostClient.call`). `dead`: the peer
+   * no longer answers, so drop the socket without waiting for a closing handshake (when the WebSocket can). */
+  close(code: number, reason: string, dead = false): void {
     if (this.isDone) return;
     this.isDone = true;
+    clearTimeout(this.keepaliveTimer);
     const lost = new ConnectionLost(`connection closed (${code}${reason ? ` ${reason}` : ""})`);
     for (const slot of this.pending.values()) slot.reject(lost);
     this.pending.clear();
     this.finish({ code, reason });
     try {
-      this.ws.close(1000, "bye");
+      if (dead && typeof this.ws.terminate === "function") this.ws.terminate();
+      else this.ws.close(1000, "bye");
     } catch {
       // already closing
     }
@@ -333,6 +431,17 @@ class Connection {
   }
 }
 
+/** The WebSocket did not open. `refusal`: what the server answered instead of 101, when the implementation says
+ * (the `ws` package): an HTTP status, or null for an answer that is not HTTP; undefined when unknown. */
+class OpenFailed extends ConnectionLost {
+  constructor(
+    message: string,
+    readonly refusal: number | null | undefined,
+  ) {
+    super(message);
+  }
+}
+
 /** Why `signal` aborted: its `reason` (an `AbortError` `DOMException` unless the caller gave one). */
 function abortReason(signal: AbortSignal | undefined): unknown {
   return signal?.reason ?? new DOMException("This operation was aborted", "AbortError");
@@ -344,6 +453,10 @@ export interface CallOptions {
    * `reason` (an `AbortError` by default) and is not sent again; an answer that comes later is dropped. A mutating
    * call that was already sent may have taken effect: send it again with the same `submissionId` to know. */
   signal?: AbortSignal;
+  /** Bound on this call (ms), from its start to its answer, waiting for a connection and retries included (default:
+   * the client's `callTimeoutMs`; `Infinity`: none for this call): past it the call rejects with
+   * {@link CallTimeout}, which says whether the request was sent and so may have taken effect. */
+  timeoutMs?: number;
 }
 
 function sleep(ms: number, wake: { cancel: (() => void) | null }): Promise<void> {
@@ -396,8 +509,10 @@ export class HostClient {
   }
 
   /** Connect and authenticate with `host.hello`; the client then keeps itself connected until `close()`.
-   * Rejects with `HostRefused` at once for a bad token or protocol, with `HostNotRunning` when no host answers
-   * (at once, or after `connectTimeoutMs` with `waitForHost`). */
+   * Rejects at once with `HostRefused` for a refusal (a bad token or protocol, another error `host.hello` answers
+   * that is not retriable, a handshake answered with an HTTP status other than 101 and 503 or not in HTTP), with
+   * `HostNotRunning` for any other failure (at once, or after `connectTimeoutMs` with `waitForHost`); a busy host
+   * (503, a retriable `host.hello` error) is tried again until `connectTimeoutMs`. The Python client's rule. */
   static connect(options: ConnectOptions): Promise<HostClient> {
     let client: HostClient;
     try {
@@ -460,7 +575,9 @@ export class HostClient {
         }
         reason = err instanceof Error ? err.message : String(err);
         this.lastError = err instanceof Error ? err : new ConnectionLost(reason);
-        if (this.connects === 0 && !(this.options.waitForHost ?? false) && !this.closing) {
+        // before the first connection, any failure but a busy host's ends the client unless it waits for a host
+        const busy = (err instanceof RpcError && err.retriable) || (err instanceof OpenFailed && err.refusal === 503);
+        if (this.connects === 0 && !(this.options.waitForHost ?? false) && !busy && !this.closing) {
           this.stop(new HostNotRunning(`no host answers on ${this.options.url}: ${reason}`));
           return;
         }
@@ -487,7 +604,17 @@ export class HostClient {
   /** One attempt: socket, hello, resubscriptions. Throws `HostRefused` for a refusal, `ConnectionLost` else. */
   private async open(): Promise<Connection> {
     const conn = new Connection(new this.Impl(this.options.url), (params) => this.deliver(params));
-    await conn.open();
+    try {
+      await conn.open();
+    } catch (err) {
+      if (this.connects === 0 && err instanceof OpenFailed && err.refusal !== undefined && err.refusal !== 503) {
+        const said = err.refusal === null ? "no HTTP answer" : `HTTP ${err.refusal}`;
+        throw new HostRefused("HANDSHAKE_REFUSED", `${this.options.url} answered the WebSocket handshake with ${said}`,
+          err.refusal);
+      }
+      throw err;
+    }
+    conn.keepalive(this.options.keepaliveIntervalMs ?? 20000, this.options.keepaliveTimeoutMs ?? 20000);
     const helloMs = this.options.helloTimeoutMs ?? 10000;
     let timer: ReturnType<typeof setTimeout> | undefined;
     try {
@@ -545,9 +672,12 @@ export class HostClient {
       return conn;
     } catch (err) {
       conn.close(1000, "hello failed");
-      if (err instanceof RpcError && (REFUSED_HELLO_CODES as readonly string[]).includes(err.dataCode)) {
-        throw new HostRefused(err.dataCode as (typeof REFUSED_HELLO_CODES)[number], err.message);
+      // refused for good; on the first connection, so is any error retrying cannot fix
+      if (err instanceof RpcError &&
+          ((REFUSED_HELLO_CODES as readonly string[]).includes(err.dataCode) || (this.connects === 0 && !err.retriable))) {
+        throw new HostRefused(err.dataCode, err.message);
       }
+      if (err instanceof RpcError) throw err; // retriable (SHUTTING_DOWN): a busy host, tried again
       throw err instanceof ConnectionLost ? err : new ConnectionLost(String(err));
     } finally {
       clearTimeout(timer);
@@ -681,22 +811,48 @@ export class HostClient {
   // -- calls -----------------------------------------------------------------------------------------------------
   /** Call a routed method; a mutating call gets a fresh submissionId unless one is given, so it is sent again
    * after a lost connection or a retriable error (the host answers the repeat from its receipt). Waiting for a
-   * lost connection to come back takes at most `reconnectTimeoutMs`, then the call rejects with `HostUnavailable`
-   * (and is not sent again: only a connection, never a timer, ends a request in flight). `options.signal` ends
-   * the call whenever the caller chooses (see {@link CallOptions}). */
+   * lost connection to come back takes at most `reconnectTimeoutMs`, then the call rejects with `HostUnavailable`.
+   * A request in flight ends with its answer, with its connection (the keepalive closes one whose host no longer
+   * answers), or with its bound (`options.timeoutMs`, else `callTimeoutMs`; none by default): then it rejects with
+   * {@link CallTimeout}. `options.signal` ends the call whenever the caller chooses (see {@link CallOptions}). */
   async call<M extends MethodName>(method: M, params: ParamsOf<M>, options: CallOptions = {}): Promise<ResultOf<M>> {
-    const signal = options.signal;
     let sent: object = params;
-    if ((MUTATING_METHODS as readonly string[]).includes(method) && !("submissionId" in params && params.submissionId)) {
+    const mutating = (MUTATING_METHODS as readonly string[]).includes(method);
+    if (mutating && !("submissionId" in params && params.submissionId)) {
       sent = { ...params, submissionId: newSubmissionId() };
     }
+    const timeoutMs = options.timeoutMs ?? this.options.callTimeoutMs ?? Infinity;
+    if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs must be a number of ms > 0 (or Infinity), not ${timeoutMs}`);
+    const progress = { sent: false };
+    if (timeoutMs === Infinity) return this.send(method, sent, options.signal, progress);
+    // one signal for both ends: the caller's abort (its reason) and the bound (a CallTimeout saying how far it got)
+    const bounded = new AbortController();
+    const outer = options.signal;
+    const forward = (): void => bounded.abort(abortReason(outer));
+    if (outer?.aborted) forward();
+    else outer?.addEventListener("abort", forward, { once: true });
+    const timer = setTimeout(() => {
+      const key = (sent as { submissionId?: unknown }).submissionId;
+      bounded.abort(new CallTimeout(method, timeoutMs, progress.sent, mutating, typeof key === "string" ? key : null));
+    }, Math.min(timeoutMs, MAX_TIMER_MS));
+    try {
+      return await this.send(method, sent, bounded.signal, progress);
+    } finally {
+      clearTimeout(timer);
+      outer?.removeEventListener("abort", forward);
+    }
+  }
+
+  /** Send `sent` until it is answered, retrying after a lost connection or a retriable error. */
+  private async send<M extends MethodName>(method: M, sent: object, signal: AbortSignal | undefined,
+    progress: { sent: boolean }): Promise<ResultOf<M>> {
     const maxAttempts = this.options.maxCallAttempts ?? 8;
     let delay = this.options.backoff?.initialMs ?? 250;
     const cap = this.options.backoff?.maxMs ?? 10000;
     for (let attempt = 1; ; attempt++) {
       const conn = await this.connection(undefined, signal);
       try {
-        return await conn.request<ResultOf<M>>(method, sent, signal);
+        return await conn.request<ResultOf<M>>(method, sent, signal, progress);
       } catch (err) {
         const again =
           attempt < maxAttempts &&

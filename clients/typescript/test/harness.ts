@@ -3,9 +3,11 @@
 import { createInterface } from "node:readline";
 import WebSocket from "ws";
 import {
+  type CallOptions,
   ConnectionLost,
   HostClient,
   HostRefused,
+  RpcError,
   type ConnectOptions,
   type MethodName,
   type ParamsOf,
@@ -21,10 +23,13 @@ type Command =
   | { op: "subscribe"; sessionId: string }
   | { op: "append"; sessionId: string; id: string; text: string }
   | { op: "flood"; n: number }
-  /** Send any call without waiting for it: a `done` line with `tag` says how it ended. */
-  | { op: "start"; tag: string; method: MethodName; params: { [key: string]: unknown } }
+  /** Send any call without waiting for it (with its own `timeoutMs` if given): a `done` line with `tag` says how it
+   * ended. */
+  | { op: "start"; tag: string; method: MethodName; params: { [key: string]: unknown }; timeoutMs?: number }
   /** Like `start`, with an AbortSignal that `abort` (same `tag`) fires. */
   | { op: "startAbortable"; tag: string; method: MethodName; params: { [key: string]: unknown } }
+  /** What `RpcError.retriable` says of an error whose `data` is this. */
+  | { op: "retriable"; data: { [key: string]: unknown } }
   | { op: "abort"; tag: string }
   /** Calls waiting for a connection and requests in flight. */
   | { op: "pending" }
@@ -40,8 +45,13 @@ const aborts = new Map<string, AbortController>();
 /** How a call failed, for the test to check: the error's class and what a `HostUnavailable` carries (read by
  * property, so the harness builds against a client without it too). */
 function failure(err: unknown, started: number): { [key: string]: unknown } {
-  const extra = err as { waitedMs?: unknown; lastError?: unknown };
+  const extra = err as { waitedMs?: unknown; lastError?: unknown; sent?: unknown; mayHaveTakenEffect?: unknown;
+    submissionId?: unknown; timeoutMs?: unknown };
   return {
+    sent: extra?.sent ?? null,
+    mayHaveTakenEffect: extra?.mayHaveTakenEffect ?? null,
+    submissionId: extra?.submissionId ?? null,
+    timeoutMs: extra?.timeoutMs ?? null,
     error: String(err),
     name: err instanceof Error ? err.name : typeof err,
     connectionLost: err instanceof ConnectionLost,
@@ -99,6 +109,7 @@ async function main(): Promise<void> {
       message: String(err),
       connectionLost: err instanceof ConnectionLost,
       code: err instanceof HostRefused ? err.code : null,
+      status: err instanceof HostRefused ? ((err as { status?: unknown }).status ?? null) : null, // by property: see failure()
       elapsedMs: Date.now() - started,
     });
     return;
@@ -141,7 +152,9 @@ async function main(): Promise<void> {
         }
         case "start": {
           const started = Date.now();
-          client.call(cmd.method, cmd.params as ParamsOf<MethodName>).then(
+          // a cast, so the harness builds against a client without timeoutMs too (its tests then fail, not the build)
+          const options = (cmd.timeoutMs === undefined ? {} : { timeoutMs: cmd.timeoutMs }) as CallOptions;
+          client.call(cmd.method, cmd.params as ParamsOf<MethodName>, options).then(
             (value: unknown) => out({ kind: "done", tag: cmd.tag, value, elapsedMs: Date.now() - started }),
             (err: unknown) => out({ kind: "done", tag: cmd.tag, ...failure(err, started) }),
           );
@@ -162,6 +175,10 @@ async function main(): Promise<void> {
         case "abort": {
           aborts.get(cmd.tag)?.abort();
           out({ kind: "result", op: cmd.op, value: cmd.tag });
+          break;
+        }
+        case "retriable": {
+          out({ kind: "result", op: cmd.op, value: new RpcError(-32004, String(cmd.data.code), "m", cmd.data).retriable });
           break;
         }
         case "pending": {
