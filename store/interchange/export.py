@@ -82,6 +82,9 @@ MIN_SECRET_CHARS = 4
 MIN_HOST_TOKEN_CHARS = 32
 """``runtime/boot.py:load_or_create_token`` replaces a shorter ``host.token``: it is not the token."""
 WINDOW = 256
+READ_BYTES = 4 * 1024 * 1024
+"""At most this many bytes of transcript lines are read at once (one line more when a single line is larger):
+a window of 256 rows can hold 256 large messages, and the export's memory must not grow with them."""
 LIVE = "deleted = 0 AND line_offset IS NOT NULL"
 """A message row the export writes (``SessionView.records``)."""
 
@@ -220,7 +223,7 @@ class SessionView:
             if not window:
                 break
             live = [r for r in window if not r[4] and r[2] is not None]  # the rows LIVE selects
-            for row, raw in zip(live, read_spans(self.path, [(r[2], r[3]) for r in live]), strict=True):
+            for row, raw in self._lines(live):
                 parsed = self._parsed(raw)
                 if parsed is None:
                     carried.extend(self.checkpoints.pop(row[1], []))
@@ -229,6 +232,18 @@ class SessionView:
                 yield record, [*carried, *self.checkpoints.pop(row[1], [])]
                 carried = []
             start = window[-1][0]
+
+    def _lines(self, rows: list[tuple[Any, ...]]) -> Iterator[tuple[tuple[Any, ...], bytes]]:
+        """(row, its transcript line) for each row, read :data:`READ_BYTES` at a time."""
+        batch: list[tuple[Any, ...]] = []
+        held = 0
+        for row in [*rows, None]:
+            if batch and (row is None or held + row[3] > READ_BYTES):
+                yield from zip(batch, read_spans(self.path, [(r[2], r[3]) for r in batch]), strict=True)
+                batch, held = [], 0
+            if row is not None:
+                batch.append(row)
+                held += row[3]
 
     def load_checkpoints(self) -> int:
         """Every valid checkpoint (``index.compaction_rows``, as ``session.get``), under the id of the
