@@ -483,7 +483,7 @@ class _JsonlWriter:
                     "exportedAt": now_rfc3339(self.options.exported_at_ms), "exportedBy": "pi-host"})
         info: dict[str, Any] = {"type": "session_info", "title": session.get("title") or ""}
         for key in ("projectPath", "source", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode",
-                    "historyModel", "historyGit", "spawnedBy"):
+                    "historyModel", "historyGit", "spawnedBy", "thread"):
             if session.get(key) is not None:
                 info[key] = session[key]
         info["updatedAt"] = now_rfc3339(int(session["updatedAt"]))

@@ -62,9 +62,10 @@ from typing import Any
 
 import orjson
 
-from store import attachments, turns
+from store import attachments, thread_meta, turns
 from store.attachments import AttachmentFiles
-from store.errors import Conflict, StoreError, classify_os_error
+from store.config.settings_rules import THINKING_LEVELS
+from store.errors import Conflict, InvalidInput, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import TEMP_MARKER, fsync_dir, open_nofollow, remove_file_durable, write_all
 from store.ids import validate_session_id
@@ -419,12 +420,32 @@ def origin_record(staged: StagedImport) -> dict[str, Any]:
     return rec
 
 
+def carried_settings(meta: SessionMeta) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(settings, thread metadata) a new copy of a pi-host export takes from it (``SessionMeta.carried``): its
+    thinking level and its thread's tags, folder, preset, archive flag and parent; each left out when it does
+    not validate. Written into the new session's ``session_info`` line too, so a rebuilt index keeps them."""
+    level = meta.carried.get("thinkingLevel")
+    settings = {"thinkingLevel": level} if level in THINKING_LEVELS else {}
+    raw = meta.carried.get("thread")
+    thread = None
+    if isinstance(raw, Mapping):
+        try:
+            thread = thread_meta.normalize(raw)
+        except InvalidInput:
+            thread = None
+    return settings, None if thread is None or thread_meta.is_empty(thread) else thread
+
+
 def _session_info(staged: StagedImport) -> bytes:
     meta = staged.meta
     rec: dict[str, Any] = {"type": "session_info", "title": meta.title}
     bound = staged.project_path if staged.plugin_id != HOST_IMPORTER else meta.cwd
     if bound:
         rec["projectPath"] = bound
+    settings, thread = carried_settings(meta)
+    rec.update(settings)
+    if thread is not None:
+        rec["thread"] = thread
     rec["source"] = meta.source
     rec["importOrigin"] = origin_record(staged)
     rec["updatedAt"] = stamp(meta.updated_ms)
@@ -1277,9 +1298,12 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
     meta = staged.meta
     if staged.kind == "new":
         host = staged.plugin_id == HOST_IMPORTER
+        settings, thread = carried_settings(meta)
         index.insert_session(conn, sid, now_ms=now_ms, created_at_ms=meta.created_ms or now_ms,
                              title=meta.title, project_path=meta.cwd if host else None, file_epoch=staged.epoch,
-                             source=meta.source)
+                             source=meta.source, settings=settings)
+        if thread is not None:
+            thread_meta.upsert(conn, sid, thread, now_ms=now_ms)
         if staged.project_id is not None:
             conn.execute("UPDATE sessions SET project_id = ? WHERE id = ?", (staged.project_id, sid))
     else:

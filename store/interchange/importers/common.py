@@ -376,6 +376,9 @@ class SessionMeta:
     """Human label of the source (tool and version) for the origin row."""
     history: dict[str, Any] = field(default_factory=dict)
     """Historical values kept in the origin row, never bound to the session."""
+    carried: dict[str, Any] = field(default_factory=dict)
+    """What a pi-host export says of its own session that a new copy of it takes (``thinkingLevel``,
+    ``thread``; set by :mod:`.host_jsonl` only, checked by :mod:`store.interchange.import_write`)."""
 
     def offer_title(self, text: object, rank: int, *, replace: bool = False) -> None:
         """Keep the best-ranked title; ``replace`` lets a later one of the same rank win (a rename)."""

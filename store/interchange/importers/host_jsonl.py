@@ -8,7 +8,9 @@ before replace it (the reader rule), tombstoned messages stay out (a first
 pass reads the tombstone lines: the newest per message decides, as in the
 transcript; an export holds none, a transcript copy may), ``session_info``
 names the session (an export of an imported session: its ``historyModel``, ``historyGit`` and ``spawnedBy``
-go back into the origin history); the internal command receipt is dropped. Tombstone lines
+go back into the origin history) and gives a new copy the export's ``thinkingLevel`` and ``thread`` metadata
+(its ``parentThreadId`` named as the copy of that parent is, its approved ``origins`` left behind); the internal
+command receipt is dropped. Tombstone lines
 and unknown line kinds (an export's ``environment`` lines among them) are
 counted and skipped.
 """
@@ -35,6 +37,7 @@ from store.interchange.importers.common import (
     join_id,
     parse_counted,
     parse_object,
+    session_id_for,
     stamp,
     to_ms,
 )
@@ -120,6 +123,7 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
                     meta.saw_git(branch)
                 meta.saw_git(git.get("branch"), git.get("commit"), git.get("repositoryUrl"))
             _history(rec, meta)
+            _carried(rec, meta)
         elif kind in SKIPPED:
             file.skipped[str(kind)] += 1
         else:
@@ -142,6 +146,22 @@ def _history(info: Mapping[str, Any], meta: SessionMeta) -> None:
     spawn = info.get("spawnedBy")
     if isinstance(spawn, Mapping) and isinstance(spawn.get("sessionId"), str) and spawn["sessionId"]:
         meta.history["spawnedBy"] = {k: spawn[k] for k in SPAWN_KEYS if isinstance(spawn.get(k), str) and spawn[k]}
+
+
+def _carried(info: Mapping[str, Any], meta: SessionMeta) -> None:
+    """The export's own session settings a new copy takes: its thinking level, and its thread metadata but the
+    origins the person approved on the other host; a parent thread is named as the copy of it is named here
+    (``session_id_for``: the link holds whichever of the two is imported first)."""
+    level = info.get("thinkingLevel")
+    if isinstance(level, str):
+        meta.carried["thinkingLevel"] = level
+    thread = info.get("thread")
+    if isinstance(thread, Mapping):
+        kept = {k: v for k, v in thread.items() if k != "origins"}
+        parent = kept.get("parentThreadId")
+        if isinstance(parent, str) and parent:
+            kept["parentThreadId"] = session_id_for(SOURCE, parent)
+        meta.carried["thread"] = kept
 
 
 def _tombstoned(path: Path, ctx: ParseContext) -> frozenset[str]:
