@@ -62,7 +62,7 @@ async def build_rich(c: HostClient, workspace: Path) -> Built:
     """One session with everything a person makes in it (see the module doc). Its live branch, top to bottom:
     u1 (text + image) → a1 (thinking, text; first variant, switched back to) · t1 (tool call + result, a
     review card) · sub1/sub2 (a subagent's rows) · u2 → a2 · u3 (edited: the first wording replaced) → a3 ·
-    gone (tombstoned) · u4 → a4 (a file attachment) · checkpoint cp1 after a3."""
+    gone (tombstoned) · back (tombstoned, then restored) · u4 → a4 (a file attachment) · checkpoint cp1 after a3."""
     await trio.Path(workspace).mkdir()
     await c.call("secrets.set", {"ref": "secret:provider/anthropic", "value": SECRET})
     await c.call("secrets.set", {"ref": "secret:github/token", "value": SECRET_2})
@@ -110,7 +110,7 @@ async def build_rich(c: HostClient, workspace: Path) -> Built:
         msg("t1", "", role="tool", toolName="Write", blocks=[
             {"type": "tool_call", "callId": "c1", "name": "Write",
              "args": {"path": "notes.md", "content": "# notes, after\n", "token": SECRET_2},
-             "result": "wrote notes.md pelican-tool-output", "status": "success",
+             "result": f"wrote notes.md pelican-tool-output (ANTHROPIC_API_KEY={PROVIDER_KEY})", "status": "success",
              "details": {"review": review["review"]}}]),
         msg("sub1", "subagent looks around ibis", role="assistant",
             meta={"parentToolCallId": "c_task", "agentName": "explorer"}),
@@ -128,10 +128,13 @@ async def build_rich(c: HostClient, workspace: Path) -> Built:
         msg("a3", "third reply gannet", role="assistant",
             meta={"modelId": "m1", "providerId": "anth", "usage": usage(300, 60)}),
         msg("gone", "a regret walrus"),
+        msg("back", "deleted, then restored: grebe"),
     ], (300, 60))
     await c.call("session.deleteMessage", {"sessionId": SID, "messageId": "gone"})
+    await c.call("session.deleteMessage", {"sessionId": SID, "messageId": "back"})
+    await c.call("session.restoreMessage", {"sessionId": SID, "messageId": "back"})
     await c.call("session.appendCompaction", {"sessionId": SID, "compaction": {
-        "id": "cp1", "summary": "summary of the pelican talk", "throughMessageId": "a3",
+        "id": "cp1", "summary": f"summary of the pelican talk ({SECRET_2})", "throughMessageId": "a3",
         "firstKeptMessageId": "u3e", "tokensBefore": 900, "retainedTail": []}})
     await turn("t5", [
         msg("u4", "", blocks=[{"type": "text", "text": "read my notes"},
@@ -221,7 +224,7 @@ async def view(c: HostClient, sid: str) -> dict[str, Any]:
     """Everything of one session a person sees through the host."""
     got = await c.call("session.get", {"sessionId": sid, "full": True})
     searches = {}
-    for word in ("heron", "egret", "cormorant", "albatross", "walrus", "quokka", "puffin", "ibis",
+    for word in ("heron", "egret", "cormorant", "albatross", "walrus", "quokka", "puffin", "ibis", "grebe",
                  "pelican-tool-output"):
         scope = "tools" if word == "pelican-tool-output" else "messages"
         hits = await c.call("search.query", {"query": word, "sessionId": sid, "scope": scope})
@@ -249,7 +252,8 @@ async def roundtrip(tmp_path: Path, **options: Any) -> Roundtrip:
         [session] = report["sessions"]
         assert session["status"] == "new", session
         two = await view(c2, session["sessionId"])
-        two["blobs"] = {sha: (p2.data_dir / "attachments" / sha).exists() for sha in (built.png_sha, built.pdf_sha)}
+        two["blobs"] = {sha: h(blob.read_bytes()) if (blob := p2.data_dir / "attachments" / sha).exists() else None
+                        for sha in (built.png_sha, built.pdf_sha)}
         two["attachments"] = {sha: (await error_of(c2, "attachments.get", {"sha256": sha}))[0]
                               for sha in (built.png_sha, built.pdf_sha)}
         return Roundtrip(built, session["sessionId"], report, one, two)
@@ -318,10 +322,14 @@ async def test_tombstoned_message_stays_deleted_and_the_checkpoint_comes_over(tm
     with trio.fail_after(120):
         rt = await roundtrip(tmp_path)
     assert "gone" not in [m["id"] for m in rt.two["messages"]] and "gone" not in rt.two["context"]
+    assert "back" in [m["id"] for m in rt.two["messages"]] and "back" in rt.two["context"]
+    assert rt.two["search"]["grebe"] == rt.one["search"]["grebe"] == ["back"]
     assert rt.one["search"]["walrus"] == [] and rt.two["search"]["walrus"] == []
     [cp1] = rt.one["compactions"]
     [cp2] = rt.two["compactions"]
-    assert cp2["summary"] == cp1["summary"] and cp2["tokensBefore"] == cp1["tokensBefore"]
+    assert cp2["summary"] == cp1["summary"].replace(SECRET_2, "[redacted]")
+    assert cp2["summary"] == "summary of the pelican talk ([redacted])"
+    assert cp2["tokensBefore"] == cp1["tokensBefore"]
     assert local(cp2["throughMessageId"], rt.new_sid) == cp1["throughMessageId"] == "a3"
     assert local(cp2["firstKeptMessageId"], rt.new_sid) == cp1["firstKeptMessageId"]
 
@@ -350,7 +358,7 @@ async def test_attachment_bytes_come_over(tmp_path: Path) -> None:
     blocks = [b for m in rt.two["messages"] for b in m["blocks"] if b["type"] == "attachment"]
     assert len(blocks) == 2 and not any(b.get("evicted") for b in blocks)
     assert rt.two["attachments"] == {rt.built.png_sha: None, rt.built.pdf_sha: None}
-    assert all(rt.two["blobs"].values())
+    assert rt.two["blobs"] == {rt.built.png_sha: h(PNG), rt.built.pdf_sha: h(PDF)}
 
 
 @pytest.mark.xfail(strict=True, reason="LOSS: the host's usage is its turns (seed 003 §4.6), which the export "
@@ -555,6 +563,17 @@ async def test_an_export_imported_twice_is_one_session_and_the_second_is_unchang
             assert [s["id"] for s in (await c2.call("session.list", {}))["sessions"]] == [new]
             assert [m["id"] for m in (await c2.call("session.get", {"sessionId": new, "full": True}))["messages"]] \
                 == [m["id"] for m in before["messages"]]
+            await say(c1, SID, "u5", "one more question, shoebill")  # the session goes on on host 1
+            await say(c1, SID, "a5", "one more answer, hoopoe", "assistant")
+            later = tmp_path / "later" / "rich.jsonl"
+            later.parent.mkdir()
+            await export_to(c1, SID, later)
+            fifth = await import_file(c2, later)
+            assert fifth["sessions"][0]["status"] == "updated" and fifth["sessions"][0]["newMessages"] == 2
+            grown = await c2.call("session.get", {"sessionId": new, "full": True})
+            assert [local(m["id"], new) for m in grown["messages"]] == \
+                [local(m["id"], new) for m in before["messages"]] + ["u5", "a5"]
+            assert [s["id"] for s in (await c2.call("session.list", {}))["sessions"]] == [new]
 
 
 # --------------------------------------------------------------------------- damaged files
