@@ -39,6 +39,8 @@ PDF = b"%PDF-1.4\n% a pelican's notes\n" + bytes(range(256)) * 40
 SECRET = "sk-ant-roundtrip-5f4e3d2c1b0a9988"
 SECRET_2 = "ghp_roundtripTokenValue0099887766"
 PROVIDER_KEY = "sk-prov-roundtrip-778899aabbccddee"
+ODD_TEXT = ("line\u2028separator, next\u0085line, paragraph\u2029end, CR\r and CRLF\r\n, tab\t, NUL-free "
+            "emoji 🦩🏳️‍🌈, RTL שלום, combining e\u0301, \"quotes\" and \\backslash\\ stork")
 SID = "rich"
 CHILD = "rich-child"
 
@@ -62,7 +64,9 @@ async def build_rich(c: HostClient, workspace: Path) -> Built:
     """One session with everything a person makes in it (see the module doc). Its live branch, top to bottom:
     u1 (text + image) → a1 (thinking, text; first variant, switched back to) · t1 (tool call + result, a
     review card) · sub1/sub2 (a subagent's rows) · u2 → a2 · u3 (edited: the first wording replaced) → a3 ·
-    gone (tombstoned) · back (tombstoned, then restored) · u4 → a4 (a file attachment) · checkpoint cp1 after a3."""
+    gone (tombstoned) · back (tombstoned, then restored) · u4 → a4 (a file attachment) · odd (text with every
+    line-breaking character JSON and Python know, an error reply) · sys1 (a system notice) · checkpoint cp1
+    after a3."""
     await trio.Path(workspace).mkdir()
     await c.call("secrets.set", {"ref": "secret:provider/anthropic", "value": SECRET})
     await c.call("secrets.set", {"ref": "secret:github/token", "value": SECRET_2})
@@ -142,6 +146,8 @@ async def build_rich(c: HostClient, workspace: Path) -> Built:
                                "mimeType": "application/pdf", "size": pdf["size"]}]),
         msg("a4", "the notes say puffin", role="assistant",
             meta={"modelId": "m1", "providerId": "anth", "usage": usage(400, 80)}),
+        msg("odd", ODD_TEXT, role="assistant", meta={"status": "error", "error": "overloaded"}),
+        msg("sys1", "a system notice: the model changed", role="system", meta={"importedKind": "note"}),
     ], (400, 80))
     child = await c.call("session.fork", {"sessionId": SID, "throughMessageId": "a2", "title": "Pelican child"})
     await c.call("session.updateMetadata", {"sessionId": child["id"], "parentThreadId": SID, "tags": ["fork"]})
@@ -224,7 +230,7 @@ async def view(c: HostClient, sid: str) -> dict[str, Any]:
     """Everything of one session a person sees through the host."""
     got = await c.call("session.get", {"sessionId": sid, "full": True})
     searches = {}
-    for word in ("heron", "egret", "cormorant", "albatross", "walrus", "quokka", "puffin", "ibis", "grebe",
+    for word in ("heron", "egret", "cormorant", "albatross", "walrus", "quokka", "puffin", "ibis", "grebe", "stork",
                  "pelican-tool-output"):
         scope = "tools" if word == "pelican-tool-output" else "messages"
         hits = await c.call("search.query", {"query": word, "sessionId": sid, "scope": scope})
@@ -280,6 +286,9 @@ async def test_every_message_and_block_reads_the_same_on_the_second_host(tmp_pat
     kinds = {blk["type"] for m in two["messages"] for blk in m["blocks"]}
     assert {"text", "thinking", "tool_call", "attachment"} <= kinds
     assert two["seqs"] == list(range(1, len(two["messages"]) + 1))
+    [odd] = [m for m in two["messages"] if m["id"] == "odd"]
+    assert odd["blocks"] == [{"type": "text", "text": ODD_TEXT}]
+    assert two["search"]["stork"] == ["odd"]
     assert two["pages"] == two["messages"]  # paging backward three at a time reads the same rows
     assert two["total"] == len(visible)
     assert [m["id"] for m in two["messages"] if (m.get("meta") or {}).get("agentName") == "explorer"] == \
@@ -487,6 +496,48 @@ async def test_a_child_session_and_its_parent_both_come_over(tmp_path: Path) -> 
             assert (child_two["session"].get("thread") or {}).get("tags") == ["fork"]
             parent = await c2.call("session.get", {"sessionId": by_ext[SID]})  # the link leads somewhere
             assert parent["session"]["title"] == "Pelican ✓ 鹈鹕 roundtrip"
+
+
+async def test_a_session_moved_back_and_forth_six_times_reads_the_same(tmp_path: Path) -> None:
+    """README §9: a copy's export "reads back to the same messages" — also the export of a copy (its ids
+    namespaced again on every move, past the 200-character id bound after a few moves)."""
+    with trio.fail_after(180):
+        async with two_hosts(tmp_path) as (_p1, c1, _p2, c2):
+            await c1.call("session.create", {"sessionId": SID, "title": "travelling", "thinkingLevel": "medium"})
+            await c1.call("session.updateMetadata", {"sessionId": SID, "tags": ["travel"]})
+            for m in (msg("u1", "where to, kittiwake?"), msg("a1", "", role="assistant", blocks=[
+                    {"type": "thinking", "text": "hm"}, {"type": "text", "text": "north, skua"}]),
+                    msg("t1", "", role="tool", toolName="Bash", blocks=[
+                        {"type": "tool_call", "callId": "c1", "name": "Bash", "args": {"command": "ls"},
+                         "result": "maps", "status": "success"}]),
+                    msg("u2", "and then?")):
+                await c1.call("session.appendMessage", {"sessionId": SID, "message": m})
+            await c1.call("session.appendCompaction", {"sessionId": SID, "compaction": {
+                "id": "cp1", "summary": "they went north", "throughMessageId": "a1", "firstKeptMessageId": "t1",
+                "tokensBefore": 10, "retainedTail": []}})
+            first = await c1.call("session.get", {"sessionId": SID, "full": True})
+            hosts = [c1, c2]
+            sid = SID
+            for hop in range(6):
+                src, dst = hosts[hop % 2], hosts[(hop + 1) % 2]
+                out = tmp_path / f"hop{hop}.jsonl"
+                await export_to(src, sid, out, includeThinking=True)
+                report = await import_file(dst, out)
+                [s] = report["sessions"]
+                assert s["status"] == "new", (hop, s)
+                sid = s["sessionId"]
+                got = await dst.call("session.get", {"sessionId": sid, "full": True})
+                assert [(m["role"], m["blocks"]) for m in got["messages"]] == \
+                    [(m["role"], m["blocks"]) for m in first["messages"]], hop
+                assert all(len(m["id"]) <= 200 for m in got["messages"]), hop
+                [cp] = got["compactions"]
+                assert cp["summary"] == "they went north", hop
+                ids = [m["id"] for m in got["messages"]]
+                assert ids.index(cp["throughMessageId"]) == 1 and ids.index(cp["firstKeptMessageId"]) == 2, hop
+                assert got["session"]["thinkingLevel"] == "medium", hop
+                assert got["session"]["thread"]["tags"] == ["travel"], hop
+                ctx = await dst.call("session.context", {"sessionId": sid})
+                assert [m["role"] for m in ctx["messages"]][-2:] == ["tool", "user"], hop
 
 
 # --------------------------------------------------------------------------- secrets
