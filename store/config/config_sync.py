@@ -46,6 +46,7 @@ from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app, pla
 from store.errors import (
     Conflict,
     CorruptData,
+    DamagedRecord,
     IdempotencyConflict,
     InvalidInput,
     NotFound,
@@ -56,7 +57,7 @@ from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, open_nofollow, remove_file_durable
 from store.indexing import index
 from store.jsonio import dumps_exact, loads_exact
-from store.project_memory import EMPTY, normalize_memory
+from store.project_memory import EMPTY, memory_view, normalize_memory
 from store.receipts import ReceiptKey, key_of_record
 from store.rules import MAX_BUNDLE_BYTES
 from store.safe_open import read_bounded
@@ -285,6 +286,24 @@ def bundle_info(directory: Path, name: str) -> dict[str, Any] | None:
 # -- the portable document ------------------------------------------------------------
 
 
+def _portable_memory(rows: Mapping[str, Any]) -> dict[str, Any]:
+    """Memory rows as they read (``memory_view``), the form apply takes: a row of another writer's entry shape
+    (a seed-era ``{title, body}`` entry list beside its derived content) travels as the one entry it reads as,
+    where its raw value made the other host refuse the whole bundle; a row that cannot be read (damaged) stays
+    home, as a damaged group record does. Text travels as text."""
+    out: dict[str, Any] = {}
+    for key, value in rows.items():
+        if isinstance(value, str):
+            out[key] = value
+            continue
+        try:
+            view = memory_view(value)
+        except DamagedRecord:
+            continue
+        out[key] = {k: view[k] for k in ("format", "entries", "content", "updatedAt") if k in view}
+    return out
+
+
 def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dict[str, Any]:
     found = app_blob(conn)
     rows = [r for r in providers.list_providers(conn).items if r["ownerPluginId"] is None]  # a damaged one: not
@@ -302,6 +321,8 @@ def export_portable(conn: sqlite3.Connection, now_ms: int, platform: str) -> dic
     groups = {gid: record for gid, record in ns_rows[project_groups.GROUPS_NS].items() if isinstance(record, dict)}
     for ns in (project_groups.MEMORY_NS, project_groups.INSTRUCTIONS_NS):
         ns_rows[ns] = {gid: value for gid, value in ns_rows[ns].items() if gid in groups}
+    for ns in ("projectMemory", project_groups.MEMORY_NS):
+        ns_rows[ns] = _portable_memory(ns_rows[ns])
     return {
         "schema": DOC_SCHEMA,
         "exportedAt": now_ms,

@@ -6,6 +6,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 
@@ -282,3 +283,38 @@ async def test_bundles_are_sealed_and_opened_off_the_trio_thread(tmp_path: Path,
             exported = await c.call("configSync.export", {})
             await c.call("configSync.apply", {"bundleBase64": exported["bundleBase64"]})
     assert threads == [("encode", False), ("decode", False)]
+
+
+async def test_memory_of_another_writers_entry_shape_travels_as_it_reads_and_a_damaged_one_stays_home(
+        tmp_path: Path) -> None:
+    """A seed-era project memory (entries of ``{title, body}`` beside its derived content, the shape the seed's
+    writer left) reads as its content, one untitled entry (``memory_view``); the export copied it raw, and the
+    other host's apply refused the whole bundle (``INVALID_PARAMS bundle.projectMemory.entries.0``). Now it
+    travels as it reads; a memory that cannot be read at all stays home, and the rest of the bundle applies."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    seed_shape = {"format": "entries-v1", "entries": [{"title": "db", "body": "use WAL"}], "content": "use WAL",
+                  "updatedAt": 1}
+    with trio.fail_after(60):
+        async with inprocess_host(a) as host, client_for(host, kind="ui") as c:
+            await c.call("configSync.configure", {"enabled": True})
+            for name in ("seed", "broken", "text"):
+                await c.call("settings.set", {"ns": "projectMemory", "key": str(tmp_path / name), "value": name})
+            damage(a, "UPDATE kv SET value_json = ? WHERE ns = 'projectMemory' AND key = ?",
+                   orjson.dumps(seed_shape).decode(), str(tmp_path / "seed"))
+            damage(a, "UPDATE kv SET value_json = ? WHERE ns = 'projectMemory' AND key = ?",
+                   '{"entries": [{"body": 1}]}', str(tmp_path / "broken"))
+            damage(a, "UPDATE kv SET value_json = ? WHERE ns = 'projectMemory' AND key = ?",
+                   '"legacy text"', str(tmp_path / "text"))
+            seen = (await c.call("settings.get", {"ns": "projectMemory", "key": str(tmp_path / "seed")}))["value"]
+            assert seen["content"] == "use WAL"
+            exported = await c.call("configSync.export", {})
+            vault_key = (await c.call("secrets.get", {"ref": "configSync/vaultKey"}))["value"]
+        async with inprocess_host(b) as host, client_for(host, kind="ui") as c:
+            await c.call("configSync.configure", {"vaultKey": vault_key})
+            out = await c.call("configSync.apply", {"bundleBase64": exported["bundleBase64"]})
+            assert out["applied"]["memory"] == 2
+            got = (await c.call("settings.get", {"ns": "projectMemory", "key": str(tmp_path / "seed")}))["value"]
+            assert (got["content"], [e["content"] for e in got["entries"]]) == ("use WAL", ["use WAL"])
+            text = (await c.call("settings.get", {"ns": "projectMemory", "key": str(tmp_path / "text")}))["value"]
+            assert text["content"] == "legacy text"
+            assert "value" not in await c.call("settings.get", {"ns": "projectMemory", "key": str(tmp_path / "broken")})
