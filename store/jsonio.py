@@ -327,11 +327,13 @@ def dumps_exact(value: Any, *, sort_keys: bool = False) -> bytes:
                           sort_keys=sort_keys).encode("utf-8")
 
 
-def loads_stored(raw: str | bytes, what: str, shape: type | None = None) -> Any:
+def loads_stored(raw: str | bytes, what: str, shape: type | None = None, *, exact: bool = False) -> Any:
     """A JSON value the host wrote into an index column; ``DamagedRecord`` (``CorruptData``) naming ``what``
-    (the record) when it does not parse or is not of ``shape``."""
+    (the record) when it does not parse or is not of ``shape``. ``exact``: a column a seed-era value may fill
+    (a task's ``config_json``), whose integers beyond 64 bits are read exactly (:func:`loads_exact`), so
+    writing the value back (:func:`dumps_exact`) keeps them."""
     try:
-        value = orjson.loads(raw)
+        value = loads_exact(raw) if exact else orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise DamagedRecord(f"{what} is unreadable: {exc}") from None
     if shape is not None and not isinstance(value, shape):

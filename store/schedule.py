@@ -45,11 +45,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
-
 from store import tasks
 from store.errors import Conflict, PlanRequiresInteractiveSession
 from store.faults import NO_FAULTS, Faults
+from store.jsonio import dumps_exact
 
 __all__ = [
     "FIRE_POINT",
@@ -139,7 +138,7 @@ def arm_unslotted(conn: sqlite3.Connection, now_ms: int) -> list[str]:
         if nxt is None or nxt <= now_ms:
             continue
         conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = ?",
-                     (orjson.dumps({**config, "nextRunAt": nxt}).decode(), task["id"]))
+                     (dumps_exact({**config, "nextRunAt": nxt}).decode(), task["id"]))
         armed.append(task["id"])
     return armed
 
@@ -150,7 +149,7 @@ def _move_back(conn: sqlite3.Connection, task: Mapping[str, Any], now_ms: int) -
     assert slot is not None
     config = {**task["config"], "nextRunAt": slot}
     conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = ?",
-                 (orjson.dumps(config).decode(), task["id"]))
+                 (dumps_exact(config).decode(), task["id"]))
 
 
 def due_payload(outcome: FireOutcome) -> dict[str, Any]:
@@ -185,7 +184,7 @@ def _set_next(conn: sqlite3.Connection, task_id: str, now_ms: int, *, last_run: 
         config.pop("nextRunAt", None)
     sql = ("UPDATE scheduled_tasks SET config_json = ?" + (", last_run_at = ?" if last_run is not None else "")
            + " WHERE id = ?")
-    args: tuple[Any, ...] = (orjson.dumps(config).decode(), *(() if last_run is None else (last_run,)), task_id)
+    args: tuple[Any, ...] = (dumps_exact(config).decode(), *(() if last_run is None else (last_run,)), task_id)
     conn.execute(sql, args)
     return nxt
 

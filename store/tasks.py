@@ -52,11 +52,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-import orjson
-
 from store.errors import Conflict, InvalidInput, NotFound, PlanRequiresInteractiveSession, SessionNotFound
 from store.indexing.group_commit import is_key_conflict
-from store.jsonio import Readable, loads_stored, readable, stored_value
+from store.jsonio import Readable, dumps_exact, loads_stored, readable, stored_value
 from store.newest_kept import delete_past_newest
 from store.rules import MAX_PATH_CHARS, MAX_REF_CHARS, not_ended_sql, path_problem, text_problem
 from store.stamps import after_newest
@@ -169,7 +167,7 @@ def normalize_config(config: Mapping[str, Any] | None, cadence: str, *,
         raise _bad("providerId and modelId must be set together", "config.modelId")
     if cadence not in CADENCES:
         raise _bad(f"cadence must be one of {', '.join(CADENCES)}", "cadence")
-    if len(orjson.dumps(out)) > MAX_CONFIG_BYTES:
+    if len(dumps_exact(out)) > MAX_CONFIG_BYTES:
         raise _bad(f"config is larger than {MAX_CONFIG_BYTES} bytes", "config")
     return out
 
@@ -299,7 +297,7 @@ _TASK_COLS = "id, title, prompt, cadence, enabled, project_id, config_json, last
 
 def _task(row: tuple[Any, ...]) -> dict[str, Any]:
     tid, title, prompt, cadence, enabled, project_id, config_json, last_run, created, updated = row
-    config = loads_stored(config_json, f"task {tid}'s config_json", dict)
+    config = loads_stored(config_json, f"task {tid}'s config_json", dict, exact=True)
     out: dict[str, Any] = {"id": tid, "title": title, "prompt": prompt, "cadence": cadence,
                            "enabled": bool(enabled), "mode": normalize_mode(config.get("mode")),
                            "config": config, "createdAt": created, "updatedAt": updated}
@@ -359,7 +357,7 @@ def create_task(conn: sqlite3.Connection, *, task_id: str, title: str, prompt: s
     try:
         conn.execute(
             f"INSERT INTO scheduled_tasks({_TASK_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
-            (task_id, title, prompt, cadence, int(enabled), project_id, orjson.dumps(cfg).decode(), created,
+            (task_id, title, prompt, cadence, int(enabled), project_id, dumps_exact(cfg).decode(), created,
              created))
     except sqlite3.IntegrityError as exc:
         if not is_key_conflict(exc):
@@ -426,7 +424,7 @@ def update_task(conn: sqlite3.Connection, task_id: str, patch: Mapping[str, Any]
         "UPDATE scheduled_tasks SET title = ?, prompt = ?, cadence = ?, enabled = ?, project_id = ?, "
         "config_json = ?, updated_at = ? WHERE id = ?",
         (patch.get("title", cur["title"]), patch.get("prompt", cur["prompt"]), cadence,
-         int(patch.get("enabled", cur["enabled"])), project_id, orjson.dumps(cfg).decode(), now_ms, task_id))
+         int(patch.get("enabled", cur["enabled"])), project_id, dumps_exact(cfg).decode(), now_ms, task_id))
     return get_task(conn, task_id)
 
 
@@ -539,7 +537,7 @@ def start_run(conn: sqlite3.Connection, *, task_id: str, run_id: str, session_id
     if nxt is not None:
         config["nextRunAt"] = nxt
     conn.execute("UPDATE scheduled_tasks SET last_run_at = ?, config_json = ? WHERE id = ?",
-                 (started, orjson.dumps(config).decode(), task_id))
+                 (started, dumps_exact(config).decode(), task_id))
     prune_runs(conn, task_id)
     return get_run(conn, run_id)
 
