@@ -249,8 +249,16 @@ def dropped_live_branches(
     position its ``revision_live`` reference names: its root deleted, or kept without the stamp that
     marks it that variant (a ``replaceMessages`` sending the root without its pager meta), which would
     leave the reference naming a branch that is no longer live."""
+    return dropped_branches(frozenset(_live_refs(ctx)), old, new, handled, turns)
+
+
+def dropped_branches(
+    refs: Iterable[tuple[str, int]], old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]],
+    handled: set[tuple[str, int]], turns: Mapping[str, str],
+) -> list[Archive]:
+    """:func:`dropped_live_branches` over ``refs`` (the live references: a copy, so a worker thread may run it)."""
     out: list[Archive] = []
-    for root, idx in sorted(_live_refs(ctx)):
+    for root, idx in sorted(refs):
         if (root, idx) in handled:
             continue
         pos = find_root(old, root)
@@ -502,6 +510,40 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
             f"revision {target_idx} of family {family} is only a live reference but is not the live branch",
             data={"sessionId": sid, "rootUserId": family, "revisionIndex": target_idx})
     turns = await ctx.read(turn_map, sid)
+    # comparing the live branch with its stored variant and merging the restored one copy and compare whole
+    # branches (O(session)): in this actor's worker thread, not on the trio loop (as the rewrite's plan below)
+    switch = await ctx.io(plan_switch, sid, live, rpos, rf, family, known, current, target_idx, target, turns,
+                          frozenset(_live_refs(ctx)))
+    await _check_foreign_ids(ctx, switch.restored_ids)
+    new_msgs, shown, descent = switch.new_msgs, switch.shown, switch.descent
+    # the whole transcript serialized: this actor's worker thread's work, not the trio loop's (as below)
+    plan = await ctx.io(lambda: plan_for(live, new_msgs, shown=shown, restored=descent.compactions,
+                                         hide=descent.deleted))
+
+    def finish(conn: Any, now: int, faults: Faults | None) -> Any:
+        return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
+
+    return await commit_rewrite(ctx, live, plan, finish, archives=switch.archives, turn_overrides=descent.turns,
+                                receipt_extra={"rootUserId": family}, restored_archives=descent.archives)
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    """What ``activateRevision`` rewrites the transcript to (:func:`plan_switch`)."""
+
+    archives: list[Archive]
+    new_msgs: list[dict[str, Any]]
+    restored_ids: list[str]
+    shown: set[str]
+    descent: Descent
+
+
+def plan_switch(sid: str, live: LiveTranscript, rpos: int, rf: RevisionFile, family: str, known: set[int],
+                current: int | None, target_idx: int, target: RevisionEntry, turns: Mapping[str, str],
+                refs: frozenset[tuple[str, int]]) -> Switch:
+    """``activateRevision``'s pure part, run in the session's worker thread: the live branch compared with
+    its stored variant (stored first unless the file holds exactly it), the restored branch on its newest
+    descendants merged after the messages before the root, and the live branches the switch drops."""
     hidden = hidden_by_import(sid, live.tombstones)  # other branches of an imported tree: stored apart
     live_branch = [dict(msg) for msg in live.messages[rpos:] if msg["id"] not in hidden]
     if current is not None:
@@ -527,18 +569,9 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     for rec in live.messages[:rpos] + restored:
         merged[rec["id"]] = rec  # keep-last content at first position (the reader rule)
     new_msgs = list(merged.values())
-    await _check_foreign_ids(ctx, [msg["id"] for msg in restored])
-    archives += dropped_live_branches(ctx, live.messages, new_msgs, {(family, live_idx)}, turns)
+    archives += dropped_branches(refs, live.messages, new_msgs, {(family, live_idx)}, turns)
     shown = hidden & ({msg["id"] for msg in restored} | {str(c["id"]) for c in descent.compactions})
-    # the whole transcript serialized: this actor's worker thread's work, not the trio loop's (as below)
-    plan = await ctx.io(lambda: plan_for(live, new_msgs, shown=shown, restored=descent.compactions,
-                                         hide=descent.deleted))
-
-    def finish(conn: Any, now: int, faults: Faults | None) -> Any:
-        return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
-
-    return await commit_rewrite(ctx, live, plan, finish, archives=archives, turn_overrides=descent.turns,
-                                receipt_extra={"rootUserId": family}, restored_archives=descent.archives)
+    return Switch(archives, new_msgs, [msg["id"] for msg in restored], shown, descent)
 
 
 @dataclass

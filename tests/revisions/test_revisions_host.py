@@ -380,3 +380,46 @@ async def test_a_dropped_live_branch_finds_its_turns_in_one_pass(tmp_path, monke
     stored = read_revisions(revisions_path(tmp_path, sid)).get("u1", 1)
     assert stored is not None and len(stored.messages) == 58 and len(stored.turns) == 58
     assert compared[0] <= 2 * 60  # a scan per turn entry compares about 60 * 58 / 2 times
+
+
+async def test_activate_compares_and_merges_branches_off_the_trio_thread(tmp_path, monkeypatch):
+    """activateRevision compares the live branch with its stored variant and merges the restored branch (on
+    its newest descendants) after the messages before the root: copies and comparisons of whole branches
+    (O(session)), in the session's worker thread as the rewrite's plan, never on the trio loop."""
+    seen: list[tuple[str, bool]] = []
+    unstamped, descendants, dropped = rev._unstamped, rev.newest_descendants, rev.dropped_branches
+
+    def unstamped_seen(messages):
+        seen.append(("compare", on_trio_thread()))
+        return unstamped(messages)
+
+    def descendants_seen(*args):
+        seen.append(("merge", on_trio_thread()))
+        return descendants(*args)
+
+    def dropped_seen(*args):
+        seen.append(("dropped", on_trio_thread()))
+        return dropped(*args)
+
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "rev"}))["id"]
+            await turn(c, sid, "u0", "a0")
+            await turn(c, sid, "u1", "a1")
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1b", "b", role="assistant")})
+            await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            monkeypatch.setattr(rev, "_unstamped", unstamped_seen)
+            monkeypatch.setattr(rev, "newest_descendants", descendants_seen)
+            monkeypatch.setattr(rev, "dropped_branches", dropped_seen)
+            a = await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            assert [(x["revisionIndex"], x["isActive"]) for x in a["revisions"]] == [(1, True), (2, False)]
+            assert ids(await full(c, sid)) == ["u0", "a0", "u1", "a1"]
+            # back: the live branch (variant 1) is compared with its full stored line, which holds it already
+            a = await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+            monkeypatch.undo()
+            assert [(x["revisionIndex"], x["isActive"]) for x in a["revisions"]] == [(1, False), (2, True)]
+            assert ids(await full(c, sid)) == ["u0", "a0", "u1", "a1b"]
+    assert sorted({what for what, on_trio in seen if on_trio}) == []
+    assert {what for what, _ in seen} == {"compare", "merge", "dropped"}
