@@ -671,7 +671,7 @@ class GatewayConnection:
 
         assert self._ctx is not None
         try:
-            await self._dispatcher.submit(item.method, params, self._ctx, reply, more=more)
+            await self._dispatcher.submit(item.method, params, self._ctx, reply, more=more, size=frame_size // 4)
         except BaseException as exc:
             if not answered:
                 if isinstance(exc, Exception):

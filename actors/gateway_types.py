@@ -87,11 +87,13 @@ Reply = Callable[[outcome.Outcome[Any]], None]
 
 
 class Dispatcher(Protocol):
-    async def submit(self, method: str, params: Any, ctx: CallContext, reply: Reply, *, more: bool = False) -> None:
+    async def submit(self, method: str, params: Any, ctx: CallContext, reply: Reply, *, more: bool = False,
+                     size: int | None = None) -> None:
         """Start ``method``: return once the request is queued behind the earlier requests of its
         connection (submitted in frame order), without waiting for them, or was answered.
         ``reply`` gets a JSON-able result or an exception to translate. ``more``: further
-        requests of the same JSON-RPC batch follow (a group-commit hint)."""
+        requests of the same JSON-RPC batch follow (a group-commit hint). ``size``: the params'
+        JSON text is at most this many characters (its frame's length; ``None``: not known)."""
         ...
 
     def hello(self, ctx: CallContext) -> dict[str, Any]:

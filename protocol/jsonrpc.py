@@ -37,6 +37,7 @@ __all__ = [
     "encode_batch",
     "encoded_parts",
     "loads_large",
+    "longer_than",
     "valid_id",
 ]
 
@@ -54,6 +55,56 @@ class Encoded:
 
     def decode(self) -> Any:
         return loads_large(self.data)
+
+
+def longer_than(value: Any, limit: int) -> bool:
+    """Whether the JSON text of ``value`` is roughly longer than ``limit`` characters.
+
+    A count without encoding: each string's length and quotes, the keys, and the shortest text of
+    everything else (a separator and one character per item: a number or a literal counts one),
+    so within about half of the truth; a whole container is counted at once and the count stops
+    at the first container that takes it past ``limit``. So a small value costs a glance, and a
+    large one at most about ``limit / 2`` items. Callers decide with it whether work that grows
+    with ``value`` (encoding it, hashing it) may run on the trio loop. Something no JSON encoder
+    takes (a key that is no string) counts as long: the work goes to the thread, which fails as
+    it would have."""
+    left = limit
+    stack: list[Any] = [value]
+    pop, push = stack.pop, stack.append
+    try:
+        while stack:
+            item = pop()
+            kind = type(item)
+            if kind is str:
+                left -= len(item) + 2
+                items: Any = ()
+            elif kind is dict:
+                left -= 2 + 5 * len(item)  # braces; each entry's quotes, colon, comma and shortest value
+                if left < 0:
+                    return True
+                left -= sum(map(len, item))  # the keys
+                items = item.values()
+            elif kind is list or kind is tuple:
+                left -= 2 + 2 * len(item)
+                items = item
+            elif kind is Encoded:
+                left -= len(item.data)
+                items = ()
+            else:
+                items = ()
+            if left < 0:
+                return True
+            for sub in items:
+                kind = type(sub)
+                if kind is str:
+                    left -= len(sub) + 1  # its quotes (one counted with the container)
+                elif kind is dict or kind is list or kind is tuple or kind is Encoded:
+                    push(sub)
+            if left < 0:
+                return True
+    except TypeError:
+        return True
+    return False
 
 
 LARGE_JSON = 1024 * 1024

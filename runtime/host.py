@@ -158,8 +158,9 @@ class HostDispatcher:
     def hello(self, ctx: CallContext) -> dict[str, Any]:
         return {"hostVersion": VERSION, "bootId": self._boot_id, "serverTime": self._now_ms()}
 
-    async def submit(self, method: str, params: Any, ctx: CallContext, reply: Reply, *, more: bool = False) -> None:
-        await self._pipeline.submit(method, params, ctx, reply, more=more)
+    async def submit(self, method: str, params: Any, ctx: CallContext, reply: Reply, *, more: bool = False,
+                     size: int | None = None) -> None:
+        await self._pipeline.submit(method, params, ctx, reply, more=more, size=size)
 
     def connected(self, ctx: CallContext) -> None:
         self._pipeline.connected(ctx)

@@ -52,7 +52,7 @@ from actors.db_writer import DbOp
 from actors.gateway_types import CallContext, Reply
 from actors.session import SessionCall, SessionOp
 from protocol.errors import MethodNotFound
-from protocol.jsonrpc import Encoded
+from protocol.jsonrpc import Encoded, longer_than
 from protocol.methods import METHODS, MethodSpec
 from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, Busy, CallbackReply, InternalBug
@@ -67,6 +67,11 @@ from store.receipts import ReceiptKey
 __all__ = ["Pipeline", "ShuttingDown"]
 
 log = logging.getLogger("pi_host")
+
+FINGERPRINT_ON_LOOP = 64 * 1024
+"""Params of at most this many characters of JSON are fingerprinted for their receipt key on the trio
+loop (tens of microseconds; the appends' fast path, :meth:`Pipeline._to_actor_now`); longer ones (a 2 MiB
+message: milliseconds of sorted JSON and SHA-256) in a worker thread, from the connection's ordering task."""
 
 
 class ShuttingDown(Exception):
@@ -236,6 +241,20 @@ def _tag(bound: _Bound, params: Any) -> Hashable | None:
     return None
 
 
+def _large_params(raw: Any, size: int | None) -> bool:
+    """Whether fingerprinting ``raw`` is too much work for the trio loop: its frame (``size`` characters)
+    is longer than :data:`FINGERPRINT_ON_LOOP` and so, roughly counted, are the params themselves."""
+    return (size is None or size > FINGERPRINT_ON_LOOP) and longer_than(raw, FINGERPRINT_ON_LOOP)
+
+
+def _submission(bound: _Bound, params: Any) -> str | None:
+    """The request's ``submissionId`` when it keys a receipt (a mutation's), else ``None``."""
+    if not bound.spec.mutating:
+        return None  # asked first: a read's params model has no submission_id, and pydantic's miss is slow
+    submission = getattr(params, "submission_id", None)
+    return None if submission is None else str(submission)
+
+
 def _shown(bound: _Bound, raw: Any) -> dict[str, Any]:
     """The params as the wire spells them: a retry spelling a field in snake_case (accepted, README §2) is
     the same request as its camelCase original."""
@@ -289,6 +308,7 @@ class Pipeline:
         self._nursery: trio.Nursery | None = None
         self._orders: dict[int, Ordering] = {}  # per connection, while it has requests in its order
         self._writing = _MessageIds()
+        self._hashing = trio.CapacityLimiter(2)  # the threads that fingerprint long params
 
     # -- lifecycle -------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -323,18 +343,20 @@ class Pipeline:
     def routes(self) -> Mapping[str, Route]:
         return {name: b.route for name, b in self._bound.items()}
 
-    async def submit(self, method: str, raw: Any, caller: CallContext, reply: Reply, *, more: bool = False) -> None:
-        """Queue the request behind the earlier ones of its connection; returns without waiting."""
+    async def submit(self, method: str, raw: Any, caller: CallContext, reply: Reply, *, more: bool = False,
+                     size: int | None = None) -> None:
+        """Queue the request behind the earlier ones of its connection; returns without waiting.
+        ``size``: ``raw``'s JSON text is at most this many characters (``None``: not known)."""
         prepared = self._prepare(method, raw, caller, reply)
         if prepared is None:
             return
         bound, params, answer = prepared
         order = self._ordering(caller.connection_id)
-        if self._to_actor_now(bound, params, raw, caller, answer, more, order):
+        if self._to_actor_now(bound, params, raw, caller, answer, more, order, size):
             return
 
         async def step(turn: Turn) -> None:
-            await self._run(bound, params, raw, caller, answer, more, turn)
+            await self._run(bound, params, raw, caller, answer, more, turn, size)
 
         def drop() -> None:
             answer(outcome.Error(ShuttingDown("the request was dropped before it was run")))
@@ -346,14 +368,15 @@ class Pipeline:
             answer(outcome.Error(exc))
 
     def _to_actor_now(self, bound: _Bound, params: Any, raw: Any, caller: CallContext, answer: _Answer, more: bool,
-                      order: Ordering) -> bool:
+                      order: Ordering, size: int | None) -> bool:
         """The usual session request, handed to its running actor from the submitting task, at once:
         what :meth:`_run` and :meth:`_dispatch` do in the order's dispatching task, without that task
         (one task spawn and one task switch less per request). Only when none of their steps would
         wait: nothing of the connection is queued or dispatching before it and no earlier mutation
-        elsewhere is pending (:meth:`Ordering.may_hand_on`), its receipt key is unclaimed and its
-        message ids free, the actor runs and its mailbox has room. Otherwise nothing was done (no
-        claim kept, nothing posted, not answered) and ``False``: the ordering's task runs it."""
+        elsewhere is pending (:meth:`Ordering.may_hand_on`), its receipt key is unclaimed (and its
+        params short enough to be fingerprinted here: :data:`FINGERPRINT_ON_LOOP`) and its message
+        ids free, the actor runs and its mailbox has room. Otherwise nothing was done (no claim
+        kept, nothing posted, not answered) and ``False``: the ordering's task runs it."""
         route, op = bound.route, bound.op
         if op is None or route.session is not None or route.fingerprint is not None \
                 or route.legacy_fingerprint is not None:
@@ -365,8 +388,11 @@ class Pipeline:
         ref = self.services.sessions.current(sid)
         if ref is None:
             return False  # not running (or between incarnations): started or awaited by ``_to_actor``
+        submission = _submission(bound, params)
+        if submission is not None and _large_params(raw, size):
+            return False  # fingerprinted in a worker thread by ``_key``
         try:
-            key = self._plain_key(bound, params, raw, caller)
+            key = self._plain_key(bound, submission, raw, caller)
         except Exception:
             return False  # answered by the ordering's task, as it always was
         claim = self.book.claim_nowait(key) if key is not None else None
@@ -412,7 +438,7 @@ class Pipeline:
             await done.wait()  # answered at once (refused): still a checkpoint
         else:
             bound, params, answer = prepared
-            await self._run(bound, params, raw, caller, answer, False, None)
+            await self._run(bound, params, raw, caller, answer, False, None, None)
             if answer.served_direct:
                 # Answered already, after the read-pool hop (a checkpoint): a cancellation is still raised
                 # here, as done.wait() would raise it, without one more pass of the scheduler.
@@ -502,10 +528,10 @@ class Pipeline:
         return order
 
     async def _run(self, bound: _Bound, params: Any, raw: Any, caller: CallContext, answer: _Answer, more: bool,
-                   turn: Turn | None) -> None:
+                   turn: Turn | None, size: int | None) -> None:
         """Claim the receipt (or replay it), then hand the request to its target, in its turn."""
         try:
-            key = await self._key(bound, bound.spec.name, params, raw, caller)
+            key = await self._key(bound, bound.spec.name, params, raw, caller, size)
             if key is not None:
                 got = await self.book.claim(key)
                 if isinstance(got, Replayed):
@@ -523,35 +549,34 @@ class Pipeline:
             raise
 
     async def _key(self, bound: _Bound, method: str, params: BaseModel, raw: Any,
-                   caller: CallContext) -> ReceiptKey | None:
+                   caller: CallContext, size: int | None) -> ReceiptKey | None:
         route = bound.route
-        if route.fingerprint is None and route.legacy_fingerprint is None:
-            return self._plain_key(bound, params, raw, caller)
-        if not bound.spec.mutating:
-            return None
-        submission = getattr(params, "submission_id", None)
+        submission = _submission(bound, params)
         if submission is None:
             return None
+        large = route.fingerprint is None and _large_params(raw, size)
+        if route.fingerprint is None and route.legacy_fingerprint is None and not large:
+            return self._plain_key(bound, submission, raw, caller)
         shown = _shown(bound, raw)
         if route.fingerprint is not None:
             fp = await route.fingerprint(self.services, method, shown)
+        elif large:
+            # sorted JSON and SHA-256 of megabytes: milliseconds the trio loop does not wait for
+            fp = await trio.to_thread.run_sync(receipts.fingerprint, method, shown, limiter=self._hashing)
         else:
             fp = receipts.fingerprint(method, shown)
         legacy = None
         if route.legacy_fingerprint is not None:
             legacy = await route.legacy_fingerprint(self.services, method, shown)
-        return ReceiptKey(receipt_client(caller), str(submission), method, fp, legacy)
+        return ReceiptKey(receipt_client(caller), submission, method, fp, legacy)
 
     @staticmethod
-    def _plain_key(bound: _Bound, params: BaseModel, raw: Any, caller: CallContext) -> ReceiptKey | None:
-        """:meth:`_key` of a route with the plain fingerprint (no fingerprint hooks)."""
-        if not bound.spec.mutating:
-            return None  # asked first: a read's params model has no submission_id, and pydantic's miss is slow
-        submission = getattr(params, "submission_id", None)
+    def _plain_key(bound: _Bound, submission: str | None, raw: Any, caller: CallContext) -> ReceiptKey | None:
+        """:meth:`_key` of a route with the plain fingerprint (no fingerprint hooks), on the trio loop."""
         if submission is None:
             return None
         method = bound.spec.name
-        return ReceiptKey(receipt_client(caller), str(submission), method,
+        return ReceiptKey(receipt_client(caller), submission, method,
                           receipts.fingerprint(method, _shown(bound, raw)), None)
 
     async def _dispatch(self, bound: _Bound, params: Any, key: ReceiptKey | None, caller: CallContext,

@@ -58,7 +58,8 @@ class FakeDispatcher:
     def disconnected(self, ctx: CallContext) -> None:
         self.gone.append(ctx.connection_id)
 
-    async def submit(self, method: str, params: Any, ctx: CallContext, reply: Any, *, more: bool = False) -> None:
+    async def submit(self, method: str, params: Any, ctx: CallContext, reply: Any, *, more: bool = False,
+                     size: int | None = None) -> None:
         """Enqueue synchronously (the ordering point), answer later through ``reply``."""
         self.contexts.append(ctx)
         if method == "record":

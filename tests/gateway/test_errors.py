@@ -10,7 +10,18 @@ import pydantic
 import pytest
 
 from protocol.errors import INTERNAL_MESSAGE, MethodNotFound, RpcErrorCode, RpcFailure, error_object
-from protocol.jsonrpc import NO_ID, Call, Encoded, Invalid, encode, encode_batch, encoded_parts, parse_message, success
+from protocol.jsonrpc import (
+    NO_ID,
+    Call,
+    Encoded,
+    Invalid,
+    encode,
+    encode_batch,
+    encoded_parts,
+    longer_than,
+    parse_message,
+    success,
+)
 from store.errors import IdempotencyConflict, InvalidId, PayloadTooLarge, PermissionDenied, SessionNotFound, StorageFull
 from store.indexing.group_commit import index_corrupt
 from store.jsonio import StrictJSONError
@@ -170,3 +181,22 @@ def test_a_corrupt_index_is_corrupt_data_by_its_own_code() -> None:
     assert err["data"]["code"] == "CORRUPT_DATA" and err["data"]["reason"] == "index_corrupt"
     assert "restarts on an index rebuilt" in err["message"]
     assert index_corrupt(index_corrupt(met)).__cause__ is met and isinstance(index_corrupt(met), sqlite3.DatabaseError)
+
+
+@pytest.mark.parametrize("value", [
+    {"message": {"id": "m1", "seq": 3}, "replayed": False},
+    {"a": "x" * 999},
+    ["é" * 500, "b" * 400],
+    [[1, 2]] * 200,
+    [[]] * 400,
+    {str(i): None for i in range(150)},
+    [{"id": f"s{i}", "title": "t" * 40, "n": i, "x": None} for i in range(30)],
+    Encoded(b"[" + b"1," * 600 + b"1]"),
+    "q" * 1200,
+])
+def test_longer_than_counts_within_half_of_the_text(value: object) -> None:
+    """longer_than decides whether encoding or hashing a value may run on the trio loop: its rough count
+    of the JSON text is within half of the truth either way."""
+    size = len(value.data) if isinstance(value, Encoded) else len(orjson.dumps(value).decode())
+    assert longer_than(value, size // 2)
+    assert not longer_than(value, 2 * size)

@@ -242,12 +242,13 @@ async def test_in_flight_is_bounded(nursery: trio.Nursery) -> None:
         await gate.wait()
         reply(outcome.Value(params))
 
-    async def gated(method: str, params: Any, ctx: Any, reply: Any, *, more: bool = False) -> None:
+    async def gated(method: str, params: Any, ctx: Any, reply: Any, *, more: bool = False,
+                    size: int | None = None) -> None:
         if method == "wait":
             h.dispatcher.enqueued.append(params)
             nursery.start_soon(answer_when_open, params, reply)
             return
-        await original(method, params, ctx, reply, more=more)
+        await original(method, params, ctx, reply, more=more, size=size)
 
     h.dispatcher.submit = gated  # type: ignore[method-assign]
     with trio.fail_after(10):

@@ -19,9 +19,11 @@ import trio
 from protocol.methods import METHODS
 from runtime.client import RpcError
 from runtime.routes import ROUTES, Via
-from tests.hostkit import client_for, index_caught_up, inprocess_host
+from store import receipts
+from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.pipeline import probe
 from tests.pipeline.scenarios import SCENARIOS
+from tests.threadkit import on_trio_thread
 
 MUTATING = sorted(name for name, spec in METHODS.items() if spec.mutating)
 
@@ -124,3 +126,40 @@ async def test_a_retry_spelling_its_params_in_snake_case_is_the_same_request(tmp
             assert err.value.data_code == "IDEMPOTENCY_CONFLICT"
             page = await c.call("session.get", {"sessionId": sid, "full": True})
             assert [m["id"] for m in page["messages"]] == ["m1"]
+
+
+async def test_long_params_are_fingerprinted_off_the_trio_thread(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keyed request's receipt fingerprint (its params as sorted JSON, SHA-256) grows with the params: a
+    message of megabytes is fingerprinted in a worker thread, never on the trio loop; a small append keeps
+    its synchronous fast path (fingerprinted on the loop, no thread hop). The receipt means the same: the
+    same key with the same params is answered from it, with other params IDEMPOTENCY_CONFLICT."""
+    seen: list[tuple[str, bool]] = []
+    fingerprint = receipts.fingerprint
+
+    def fingerprint_seen(method: str, params: Any) -> str:
+        text = params["message"]["blocks"][0]["text"]
+        seen.append(("long" if len(text) > 100_000 else "short", on_trio_thread()))
+        return fingerprint(method, params)
+
+    monkeypatch.setattr(receipts, "fingerprint", fingerprint_seen)
+    long_text = "x" * 1_500_000
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "keyed"}))["id"]
+
+            def append(mid: str, text: str, key: str) -> Any:
+                return _call(c, "session.appendMessage",
+                             {"sessionId": sid, "message": msg(mid, text), "submissionId": key})
+
+            small = await append("m1", "hello", "k-small")
+            large = await append("m2", long_text, "k-large")
+            assert small[0] == "ok" and large[0] == "ok", (small, large)
+            assert await append("m2", long_text, "k-large") == large  # the same answer, from the receipt
+            assert await append("m1", "hello", "k-small") == small
+            conflict = await append("m2", long_text + "y", "k-large")
+            assert conflict[:2] == ("error", "IDEMPOTENCY_CONFLICT")
+            assert (await append("m3", long_text, "k-small"))[:2] == ("error", "IDEMPOTENCY_CONFLICT")
+            got = await c.call("session.get", {"sessionId": sid})
+            assert [m["id"] for m in got["messages"]] == ["m1", "m2"]
+    assert sorted(set(seen)) == [("long", False), ("short", True)]
