@@ -17,7 +17,12 @@ Tasks per connection (all in one nursery inside one cancel scope):
 Every reply is encoded once (orjson bytes, which are the frame's payload as they
 are: ``gateway_outbound.send_text``; a pre-encoded ``session.get`` page is sent from
 its own bytes between the envelope's head and brace, never copied) and checked
-against the reply cap; a batch's
+against the reply cap. A read's reply longer than ``REPLY_ON_LOOP`` (roughly counted,
+``protocol.jsonrpc.longer_than``: a whole session.context, a base64 file) is
+encoded in a worker thread (the connection's, one at a time), never on the trio
+loop; the request counts as in flight until then. Others (a mutation's summary, a
+small read) are encoded at once by the task that answered, without a thread hop;
+a batch's
 replies are encoded as each entry completes and counted against the batch's
 budget (an entry past it is answered ``PAYLOAD_TOO_LARGE``), then sent as one
 array frame made of the pieces, never joined. A batch whose declared window
@@ -66,6 +71,7 @@ from actors.gateway_types import PROTOCOL_VERSION, CallContext, Dispatcher, Gate
 from protocol.errors import RpcErrorCode, RpcFailure
 from protocol.jsonrpc import (
     Call,
+    Encoded,
     Invalid,
     Item,
     RequestId,
@@ -73,6 +79,7 @@ from protocol.jsonrpc import (
     encoded_parts,
     error,
     error_for_code,
+    longer_than,
     notification,
     parse_message,
     success,
@@ -94,6 +101,9 @@ CLOSE_GOING_AWAY = 1001  # the host is shutting down
 _CONNECTION_METHODS = frozenset({"host.hello", "events.subscribe", "events.unsubscribe"})
 _PLUGIN_TOPICS = frozenset({"settings.changed"})
 """What a plugin connection may subscribe to (its own namespace's events only: ``_plugin_scope``)."""
+REPLY_ON_LOOP = 64 * 1024
+"""A read's reply of up to about this many characters is encoded on the trio loop (tens of microseconds);
+a longer one in a worker thread (a 16 MiB reply: ~7 ms of orjson, and the walk for its long strings)."""
 
 
 @dataclass
@@ -113,7 +123,7 @@ class Counters:
 
 class _Sink(Protocol):
     def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
-            content: bool = False) -> None: ...
+            content: bool = False, encoded: bytes | None = None) -> None: ...
 
 
 class _SingleSink:
@@ -121,9 +131,9 @@ class _SingleSink:
         self._conn = conn
 
     def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
-            content: bool = False) -> None:
+            content: bool = False, encoded: bytes | None = None) -> None:
         if response is not None:
-            parts = self._conn.encode_reply(response, content=content)
+            parts = self._conn.encode_reply(response, content=content, encoded=encoded)
             self._conn.deliver(Frame(parts, sum(len(p) for p in parts)))
         for callback in after:
             callback()
@@ -142,10 +152,10 @@ class _BatchSink:
         self._bytes = 2  # the brackets
 
     def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
-            content: bool = False) -> None:
+            content: bool = False, encoded: bytes | None = None) -> None:
         conn = self._conn
         if response is not None:
-            parts = conn.encode_reply(response, content=content)
+            parts = conn.encode_reply(response, content=content, encoded=encoded)
             size = sum(len(p) for p in parts)
             over_batch = self._bytes + size + 1 > self._budget
             if over_batch or not conn.hold_pieces(size):
@@ -194,6 +204,11 @@ class _BatchSink:
 def trim(data: bytes) -> bytes:
     """A copy of ``data`` that owns exactly ``len(data)`` bytes (see ``GatewayConnection.encode_reply``)."""
     return bytes(memoryview(data))
+
+
+def _encode_long(response: dict[str, Any]) -> bytes:
+    """A long read's reply as :meth:`GatewayConnection.encode_reply` encodes it, trimmed (a worker thread's)."""
+    return trim(encode(response, big_strings=True))
 
 
 def _params_size(params: Any) -> int:
@@ -277,6 +292,7 @@ class GatewayConnection:
         self.on_authenticated: Callable[[GatewayConnection], str | None] | None = None
         self._pieces = 0  # encoded replies held by batches not yet complete (all of this connection's)
         self._pieces_freed = trio.Event()
+        self._encoder = trio.CapacityLimiter(1)  # the thread encoding this connection's long replies
         self.zero_copy_frames = 0
         self.direct_frames = 0  # of them, sent from the replying task (no hop to the writer)
         self.ignored_notifications = 0  # requests without an id: never run (logged once per connection)
@@ -357,9 +373,11 @@ class GatewayConnection:
         self.close(code, reason)
 
     # -- outbound ------------------------------------------------------------
-    def encode_reply(self, response: dict[str, Any], *, content: bool = False) -> tuple[bytes, ...]:
+    def encode_reply(self, response: dict[str, Any], *, content: bool = False,
+                     encoded: bytes | None = None) -> tuple[bytes, ...]:
         """Encode once, as the pieces of one frame's payload; a reply over the reply cap is answered
-        ``PAYLOAD_TOO_LARGE`` instead.
+        ``PAYLOAD_TOO_LARGE`` instead. ``encoded``: the response's bytes, encoded and trimmed already
+        (in a worker thread: ``_encode_long``).
 
         A pre-encoded result (``protocol.jsonrpc.Encoded``: a ``session.get`` page of up to
         16 MiB) is not copied: its bytes are the middle piece, between the envelope's head and
@@ -373,9 +391,9 @@ class GatewayConnection:
         cap = self._config.max_reply_bytes
         parts = encoded_parts(response)
         if parts is None:
-            data = encode(response, big_strings=content)
+            data = encode(response, big_strings=content) if encoded is None else encoded
             if len(data) <= cap:
-                return (trim(data),)
+                return (trim(data) if encoded is None else data,)
             size = len(data)
         else:
             size = sum(len(p) for p in parts)
@@ -654,19 +672,31 @@ class GatewayConnection:
             raise
         answered = False
 
+        def release() -> None:
+            self._in_flight.release()
+            self._work.release(reserved)
+            self._shared_work.release(reserved)
+
         def reply(result: outcome.Outcome[Any]) -> None:
             nonlocal answered
             if answered:
                 return
             answered = True
-            self._in_flight.release()
-            self._work.release(reserved)
-            self._shared_work.release(reserved)
             if isinstance(result, outcome.Value):
-                response = success(item.response_id, result.value)
+                value = result.value
+                response = success(item.response_id, value)
+                if content and not isinstance(value, Encoded):
+                    if longer_than(value, REPLY_ON_LOOP):
+                        self._encode_off_loop(sink, index, response, release)
+                        return
+                    # no string in it is long enough for the content path's care (BIG_STRING): plain orjson
+                    release()
+                    sink.put(index, response, ())
+                    return
             else:
                 assert isinstance(result, outcome.Error)
                 response = error(item.response_id, result.error)
+            release()
             sink.put(index, None if item.is_notification else response, (), content=content)
 
         assert self._ctx is not None
@@ -682,6 +712,26 @@ class GatewayConnection:
                     self._work.release(reserved)
                     self._shared_work.release(reserved)
             raise
+
+    def _encode_off_loop(self, sink: _Sink, index: int, response: dict[str, Any],
+                         release: Callable[[], None]) -> None:
+        """Encode a long reply in this connection's worker thread, then hand it to ``sink``; the request
+        stays in flight (its budgets held) until then. A connection whose tasks are gone drops it."""
+        nursery = self._nursery
+        try:
+            if nursery is None:
+                raise RuntimeError("the connection is not serving")
+            nursery.start_soon(self._encode_then_put, sink, index, response, release)
+        except RuntimeError:  # its nursery closed: the peer left, nobody reads the reply
+            release()
+
+    async def _encode_then_put(self, sink: _Sink, index: int, response: dict[str, Any],
+                               release: Callable[[], None]) -> None:
+        try:
+            data = await trio.to_thread.run_sync(_encode_long, response, limiter=self._encoder)
+        finally:
+            release()
+        sink.put(index, response, (), encoded=data)
 
     def _connection_call(self, call: Call, after: list[Callable[[], None]]) -> Any:
         if call.method == "host.hello":

@@ -9,7 +9,6 @@ item or a list of them (a batch). Responses are built as dicts and serialized wi
 from __future__ import annotations
 
 import gc
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ __all__ = [
     "encode",
     "encode_batch",
     "encoded_parts",
+    "dumps_long_string",
     "loads_large",
     "longer_than",
     "valid_id",
@@ -267,19 +267,36 @@ def _internal(request_id: RequestId) -> bytes:
 
 BIG_STRING: Final = 256 * 1024
 """A string this long is encoded on its own (see :func:`encode`)."""
+STRING_CHUNK: Final = 64 * 1024
+"""Characters of a long string encoded at once (:func:`dumps_long_string`)."""
+
+
+def dumps_long_string(text: str) -> bytes:
+    """``orjson.dumps(text)``, made :data:`STRING_CHUNK` characters at a time.
+
+    orjson reserves about 16 bytes of output buffer per character of the string it
+    is writing (measured: a 16 MiB text, 265 MB for a moment); chunk by chunk it
+    reserves about 1 MiB. The bytes are the same: JSON escapes each character on its
+    own and a ``str`` slice never splits one (no surrogate pairs in a Python string;
+    a lone surrogate fails either way). They are also the stdlib's
+    (``json.dumps(text, ensure_ascii=False)`` in UTF-8), which this replaced: the same
+    escapes for every code point, at 2.5-4.7 times its speed.
+    """
+    parts = [b'"']
+    for start in range(0, len(text), STRING_CHUNK):
+        parts.append(orjson.dumps(text[start:start + STRING_CHUNK])[1:-1])
+    parts.append(b'"')
+    return b"".join(parts)
 
 
 def _big_strings_as_fragments(value: Any) -> Any:
-    """``value`` with every string longer than :data:`BIG_STRING` pre-encoded as an ``orjson.Fragment``.
-
-    orjson reserves about 16 bytes of output buffer per character of the string
-    it is writing (a 6 MiB message text costs ~100 MB for a moment); the stdlib
-    encoder needs about its length. Containers are copied only on the path to
-    such a string; everything else is shared.
+    """``value`` with every string longer than :data:`BIG_STRING` pre-encoded as an ``orjson.Fragment``
+    (:func:`dumps_long_string`: orjson's scratch memory for a long string would be 16 times its length).
+    Containers are copied only on the path to such a string; everything else is shared.
     """
     if isinstance(value, str):
         if len(value) > BIG_STRING:
-            return orjson.Fragment(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+            return orjson.Fragment(dumps_long_string(value))
         return value
     if isinstance(value, dict):
         out: dict[Any, Any] | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 
@@ -15,6 +16,7 @@ from protocol.jsonrpc import (
     Call,
     Encoded,
     Invalid,
+    dumps_long_string,
     encode,
     encode_batch,
     encoded_parts,
@@ -200,3 +202,17 @@ def test_longer_than_counts_within_half_of_the_text(value: object) -> None:
     size = len(value.data) if isinstance(value, Encoded) else len(orjson.dumps(value).decode())
     assert longer_than(value, size // 2)
     assert not longer_than(value, 2 * size)
+
+
+def test_a_long_string_is_encoded_chunk_by_chunk_to_the_same_bytes() -> None:
+    """The content path encodes a string over BIG_STRING with orjson chunk by chunk (its scratch memory stays
+    near a chunk's, not 16 times the string's): the bytes are orjson's and the stdlib's (which it replaced),
+    escapes, non-ASCII, astral characters and the chunk ends wherever they fall."""
+    every = "".join(chr(cp) for cp in range(0x800) if not 0xD800 <= cp < 0xE000)
+    text = (every + "\U0001F600\u2028\u2029\x7f\"\\\n" + "x" * 1001) * 300  # ~900k characters
+    assert dumps_long_string(text) == orjson.dumps(text) == json.dumps(text, ensure_ascii=False).encode("utf-8")
+    response = success(7, {"messages": [{"text": text}, {"text": "short"}], "tail": text[:300_000]})
+    assert encode(response, big_strings=True) == encode(response) == orjson.dumps(response)
+    with pytest.raises(TypeError):
+        dumps_long_string("a" * 70_000 + "\ud800")  # a lone surrogate fails as it did
+    assert orjson.loads(encode(success(1, "b" * 300_000 + "\ud800"), big_strings=True))["error"]["code"] == -32603

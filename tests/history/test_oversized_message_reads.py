@@ -18,6 +18,7 @@ import orjson
 import pytest
 import trio
 
+from actors import gateway_connection
 from runtime.client import HostClient, RpcError
 from store.jsonio import loads_line
 from store.rules import MAX_REPLY_BYTES
@@ -25,6 +26,7 @@ from store.transcripts.big_line import BIG_STRING, parse_capped
 from store.transcripts.records import cap_content, wire_record
 from store.transcripts.window_reply import Row, project_line
 from tests.hostkit import client_for, inprocess_host, msg
+from tests.threadkit import on_trio_thread
 
 BIG = 17 * 1024 * 1024
 TEXT = "".join(f"{i:09d}," for i in range(BIG // 10)) + "NEEDLEATEND"  # each prefix is its own
@@ -210,3 +212,36 @@ def test_a_large_line_read_cut_costs_less_memory_than_its_own_bytes() -> None:
         tracemalloc.stop()
     assert got["blocks"][0]["text"] == TEXT[:1000] and got["blocks"][0]["fullLength"] == len(TEXT)
     assert peak < len(line) // 4, peak
+
+
+async def test_a_long_read_reply_is_encoded_off_the_trio_thread(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read's reply of megabytes (session.context: up to 16 MiB, not pre-encoded) is encoded
+    in a worker thread, never on the trio loop (~7 ms of orjson, ~53 ms with the content path's long strings
+    through the stdlib encoder before). Short replies (an append's, a small read's) are still encoded by the
+    task that answered, on the loop: no thread hop for them."""
+    seen: list[tuple[int, bool]] = []
+    encode = gateway_connection.encode
+
+    def encode_seen(response: dict[str, Any], **kwargs: Any) -> bytes:
+        data = encode(response, **kwargs)
+        seen.append((len(data), on_trio_thread()))
+        return data
+
+    monkeypatch.setattr(gateway_connection, "encode", encode_seen)
+    text = "long é\n\"line\"\u2028 " * 60_000  # ~1.3 MB, escapes and non-ASCII throughout
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "long"}))["id"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", "short")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1", text, role="assistant")})
+            context = await c.call("session.context", {"sessionId": sid})
+            tree = await c.call("session.tree", {"sessionId": sid})  # previews only: a short reply
+            small = await c.call("session.listTurns", {"sessionId": sid})
+    assert [m["blocks"][0]["text"] for m in context["messages"]] == ["short", text]
+    assert [n["id"] for n in tree["nodes"]] == ["u1", "a1"]
+    assert small == {**small, "turns": []}
+    long_ones = [on_trio for size, on_trio in seen if size > len(text)]
+    short_ones = [on_trio for size, on_trio in seen if size < 64 * 1024]
+    assert long_ones == [False]  # the context, in a worker thread
+    assert len(short_ones) == 6 and all(short_ones)  # hello, create, 2 appends, the tree, listTurns: on the loop
