@@ -72,7 +72,14 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(data_dir.root) else ""
         print(f"pi-host: cannot use {data_dir.root} as the data directory: {why}{where}", file=sys.stderr)
         return 2
-    setup_logging(data_dir.logs_dir, stderr=not args.quiet)
+    logs = setup_logging(data_dir.logs_dir, stderr=not args.quiet)
+    try:
+        return _serve_logged(args, data_dir)
+    finally:
+        logs.stop()  # the writer thread writes what is still queued: the log is complete at exit
+
+
+def _serve_logged(args: argparse.Namespace, data_dir: DataDir) -> int:
     tune_allocator()
     raise_fd_limit()
     config = host_config(args, data_dir)

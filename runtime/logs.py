@@ -24,15 +24,31 @@ holds at most ``keep_days`` of history. Only ``host.ndjson`` and its rotated
 them) are created 0600 (``O_CREAT`` with mode 0600, then ``fchmod``: the umask
 cannot be trusted). A log write that fails is reported by :mod:`logging` and
 never breaks the host.
+
+Who writes: no thread that logs touches a file. :func:`setup_logging` gives the
+loggers a :class:`DroppingQueueHandler`, which puts each record (its message
+formatted then) on a bounded queue (``LOG_QUEUE`` records) and returns; one
+listener thread (``logging.handlers.QueueListener``) writes them to the file and
+stderr and does the rotation's listing and renames. So the trio thread never
+waits for a disk or a pipe. A full queue (a disk slower than the records come)
+never makes the caller wait either: the record is dropped and counted
+(``dropped``), and once the queue takes records again a warning says how many
+were lost. :meth:`HostLogging.stop` (the end of ``serve``, also registered with
+``atexit``) writes everything queued before it returns: a clean shutdown, or a
+SIGTERM (an orderly stop), leaves a complete log; a SIGKILL loses what was still
+queued (microseconds' worth, as the process's other unwritten buffers).
 """
 
 from __future__ import annotations
 
+import atexit
 import calendar
+import copy
 import errno
 import logging
 import logging.handlers
 import os
+import queue
 import re
 import sys
 import threading
@@ -310,14 +326,100 @@ def _move_legacy_host_log(logs_dir: Path, host_dir: Path) -> None:
 
 
 OTHER_LOGGERS = ("actors", "runtime", "store", "protocol", "trio", "trio_websocket")
+LOG_QUEUE = 4096
+"""Records waiting for the log's writer thread at most (beyond: dropped and counted)."""
 
 
-def teardown_logging(handlers: list[logging.Handler]) -> None:
-    """Detach and close what :func:`setup_logging` attached (tests)."""
+class DroppingQueueHandler(logging.handlers.QueueHandler):
+    """Hands each record to the writer thread through a bounded queue; never waits, never does I/O.
+
+    The message is formatted here (its arguments may change once the caller goes on); the record's
+    other fields (extras, a traceback) go as they are, for the writer's formatters. A record that
+    finds the queue full is dropped and counted; the next one that gets in is followed by a warning
+    saying how many were lost."""
+
+    def __init__(self, records: queue.Queue[logging.LogRecord | None]) -> None:
+        super().__init__(records)
+        self.dropped = 0
+        """Records dropped because the queue was full, since the start."""
+        self._unreported = 0
+        self._count_lock = threading.Lock()  # any thread may log
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        record = copy.copy(record)
+        record.message = record.getMessage()
+        record.msg, record.args = record.message, None
+        return record
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            self.queue.put_nowait(record)
+        except queue.Full:
+            with self._count_lock:
+                self.dropped += 1
+                self._unreported += 1
+            return
+        if self._unreported:
+            with self._count_lock:
+                lost, self._unreported = self._unreported, 0
+            notice = logging.makeLogRecord({
+                "name": "pi_host", "levelno": logging.WARNING, "levelname": "WARNING",
+                "msg": f"{lost} log records were dropped: the log's queue was full", "droppedRecords": lost})
+            try:
+                self.queue.put_nowait(notice)
+            except queue.Full:
+                with self._count_lock:
+                    self._unreported += lost
+
+
+class _Listener(logging.handlers.QueueListener):
+    """The writer thread. Its stop waits for room for the end mark (a full queue raised ``queue.Full``
+    there): it runs at the end of ``serve``, never on the trio loop."""
+
+    def __init__(self, records: queue.Queue[logging.LogRecord | None], *handlers: logging.Handler) -> None:
+        super().__init__(records, *handlers, respect_handler_level=True)
+        self._records = records
+
+    def enqueue_sentinel(self) -> None:
+        self._records.put(None)  # QueueListener's end mark (its _sentinel)
+
+
+class HostLogging:
+    """What :func:`setup_logging` set up: the writing ``handlers`` (the NDJSON file first, then stderr),
+    the ``queue_handler`` the loggers have, and the writer thread."""
+
+    def __init__(self, handlers: list[logging.Handler], queue_handler: DroppingQueueHandler,
+                 listener: logging.handlers.QueueListener) -> None:
+        self.handlers = handlers
+        self.queue_handler = queue_handler
+        self._listener: logging.handlers.QueueListener | None = listener
+        self._lock = threading.Lock()
+
+    @property
+    def file(self) -> RotatingNdjsonHandler:
+        handler = self.handlers[0]
+        assert isinstance(handler, RotatingNdjsonHandler)
+        return handler
+
+    def stop(self) -> None:
+        """Write everything logged so far and stop the writer thread (idempotent); records logged
+        after it are dropped (counted)."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+            for h in self.handlers:
+                h.flush()
+
+
+def teardown_logging(logs: HostLogging) -> None:
+    """Stop the writer (everything queued is written), detach and close what :func:`setup_logging`
+    attached (tests)."""
+    logs.stop()
     for name in ("pi_host", *OTHER_LOGGERS):
-        for h in handlers:
-            logging.getLogger(name).removeHandler(h)
-    for h in handlers:
+        logging.getLogger(name).removeHandler(logs.queue_handler)
+    logs.queue_handler.close()
+    for h in logs.handlers:
         h.close()
 
 
@@ -327,7 +429,7 @@ def setup_logging(
     stderr: bool = True,
     level: int = logging.INFO,
     rotation: LogRotation | None = None,
-) -> list[logging.Handler]:
+) -> HostLogging:
     root = logging.getLogger("pi_host")
     root.setLevel(level)
     root.propagate = False
@@ -345,17 +447,27 @@ def setup_logging(
     if stderr:
         human = logging.StreamHandler(sys.stderr)
         human.setFormatter(logging.Formatter("%(asctime)s pi-host %(levelname)s %(message)s", "%H:%M:%S"))
+        human.addFilter(_human_loggers)
         handlers.append(human)
-    for h in handlers:
-        root.addHandler(h)
+    records: queue.Queue[logging.LogRecord | None] = queue.Queue(LOG_QUEUE)
+    queued = DroppingQueueHandler(records)
+    listener = _Listener(records, *handlers)
+    logs = HostLogging(handlers, queued, listener)
+    root.addHandler(queued)
     # Our other packages log under their module names, trio's accept loop under "trio" (an
     # EMFILE storm logs a traceback every 0.1 s): all of it goes to the bounded, rotated file,
-    # never to Python's last-resort stderr handler — a full stderr pipe would stall the host.
+    # never to Python's last-resort stderr handler — a full stderr pipe would stall the host
+    # (stderr shows ours and our packages', not trio's: ``_human_loggers``).
     for name in OTHER_LOGGERS:
         other = logging.getLogger(name)
         other.propagate = False
-        other.addHandler(file_handler)
-        if name in ("actors", "runtime", "store", "protocol") and len(handlers) > 1:
-            other.addHandler(handlers[1])
+        other.addHandler(queued)
     logging.Formatter.converter = time.gmtime
-    return handlers
+    listener.start()
+    atexit.register(logs.stop)  # an exit that skips serve's own stop still writes what was queued
+    return logs
+
+
+def _human_loggers(record: logging.LogRecord) -> bool:
+    """stderr shows the host's records and its packages', not trio's or trio-websocket's (the file has them)."""
+    return record.name.partition(".")[0] not in ("trio", "trio_websocket")

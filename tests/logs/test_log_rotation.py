@@ -5,20 +5,24 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
 from runtime.logs import (
     LOG_NAME,
+    DroppingQueueHandler,
     LogRotation,
     NdjsonFormatter,
     RotatingNdjsonHandler,
     setup_logging,
     teardown_logging,
 )
+from tests.threadkit import on_trio_thread
 
 DAY = 86_400.0
 
@@ -153,15 +157,75 @@ def test_rotation_touches_no_other_file(tmp_path: Path, logger: logging.Logger) 
 
 
 def test_setup_logging_writes_host_ndjson_with_the_given_bounds(tmp_path: Path) -> None:
-    handlers = setup_logging(tmp_path, stderr=False, rotation=LogRotation(max_bytes=4096))
+    logs = setup_logging(tmp_path, stderr=False, rotation=LogRotation(max_bytes=4096))
     try:
-        (file_handler,) = handlers
+        (file_handler,) = logs.handlers
         assert isinstance(file_handler, RotatingNdjsonHandler) and file_handler.rotation.max_bytes == 4096
-        logging.getLogger("pi_host").info("hello", extra={"sessionId": "s1"})
-        (record,) = _records(tmp_path / "host" / LOG_NAME)  # seed §2: logs/host/<category>
-        assert record["msg"] == "hello" and record["sessionId"] == "s1"
+        logging.getLogger("pi_host").info("hello %s", "there", extra={"sessionId": "s1"})
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("store.x").exception("failed")
     finally:
-        teardown_logging(handlers)
+        teardown_logging(logs)  # writes what is queued
+    hello, failed = _records(tmp_path / "host" / LOG_NAME)  # seed §2: logs/host/<category>
+    assert hello["msg"] == "hello there" and hello["sessionId"] == "s1"
+    assert failed["logger"] == "store.x" and failed["level"] == "error" and "ValueError: boom" in failed["exc"]
+
+
+async def test_the_trio_thread_never_writes_or_rotates_the_log(tmp_path: Path) -> None:
+    """The host logs from the trio thread; the records are written, and the file rotated (listed, renamed,
+    pruned), by the log's writer thread, never on the trio loop (a slow disk or a full stderr pipe would stall
+    every request). A clean stop writes every record queued before it."""
+    logs = setup_logging(tmp_path, stderr=False, rotation=LogRotation(max_bytes=2048, keep_files=100))
+    seen: list[tuple[str, bool]] = []
+    file = logs.file
+    emit, rotate = file.emit, file._rotate
+
+    def emit_seen(record: logging.LogRecord) -> None:
+        seen.append(("write", on_trio_thread()))
+        emit(record)
+
+    def rotate_seen(now: float) -> None:
+        seen.append(("rotate", on_trio_thread()))
+        rotate(now)
+
+    file.emit = emit_seen  # type: ignore[method-assign]
+    file._rotate = rotate_seen  # type: ignore[method-assign]
+    log = logging.getLogger("pi_host.test_writer")
+    try:
+        for i in range(100):
+            log.info("record %03d %s", i, "x" * 60)
+            await trio.lowlevel.checkpoint()
+    finally:
+        teardown_logging(logs)
+    assert {what for what, _ in seen} == {"write", "rotate"}
+    assert [what for what, on_trio in seen if on_trio] == []
+    files = [*file.rotated_files(), tmp_path / "host" / LOG_NAME]
+    assert [r["msg"] for p in files for r in _records(p)] == [f"record {i:03d} {'x' * 60}" for i in range(100)]
+
+
+def test_a_full_log_queue_drops_and_counts_and_never_waits(tmp_path: Path) -> None:
+    """The queue to the writer thread is bounded: a record that finds it full is dropped at once and counted
+    (the caller, the trio thread among them, never waits), and the next record that gets in is followed by a
+    warning saying how many were lost."""
+    records: queue.Queue[logging.LogRecord | None] = queue.Queue(3)
+    handler = DroppingQueueHandler(records)
+    log = logging.getLogger("pi_host.test_full_queue")
+    log.propagate = False
+    log.addHandler(handler)
+    try:
+        for i in range(5):
+            log.warning("r%d", i)
+        assert handler.dropped == 2 and records.qsize() == 3
+        assert [records.get_nowait().getMessage() for _ in range(3)] == ["r0", "r1", "r2"]  # type: ignore[union-attr]
+        log.warning("after %s", "room")
+        after, notice = records.get_nowait(), records.get_nowait()
+        assert after is not None and after.getMessage() == "after room" and after.args is None
+        assert notice is not None and notice.__dict__["droppedRecords"] == 2 and "2 log records" in notice.msg
+        assert handler.dropped == 2
+    finally:
+        log.removeHandler(handler)
 
 
 def test_a_full_disk_drops_records_with_one_line_on_stderr_and_no_torn_line(

@@ -23,7 +23,7 @@ from protocol import models as m
 from runtime.client import RpcError
 from runtime.logs import LOG_NAME, ClientLogLimits, ClientLogs, setup_logging, teardown_logging
 from store.errors import InvalidInput, IOFailure, LimitExceeded
-from tests.hostkit import client_for, inprocess_host
+from tests.hostkit import client_for, inprocess_host, start_host_process
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -180,11 +180,25 @@ def test_an_older_top_level_host_log_moves_into_host(tmp_path: Path) -> None:
     (tmp_path / LOG_NAME).write_text(json.dumps({"ts": int(time.time() * 1000), "msg": "old"}) + "\n")
     (tmp_path / f"{LOG_NAME}.20260101T000000.000Z").write_text('{"ts": 0, "msg": "older"}\n')
     (tmp_path / "notes.txt").write_text("keep\n")
-    handlers = setup_logging(tmp_path, stderr=False)
+    logs = setup_logging(tmp_path, stderr=False)
     try:
         logging.getLogger("pi_host").info("new")
     finally:
-        teardown_logging(handlers)
+        teardown_logging(logs)
     assert [r["msg"] for r in _lines(tmp_path / "host" / LOG_NAME)] == ["old", "new"]
     assert (tmp_path / "host" / f"{LOG_NAME}.20260101T000000.000Z").exists()
     assert sorted(os.listdir(tmp_path)) == ["host", "notes.txt"]
+
+
+async def test_sigterm_leaves_the_host_log_complete(tmp_path: Path) -> None:
+    """The host's records are written by a writer thread from a queue: a SIGTERM (an orderly stop) still
+    leaves every record in the file, the last ones of the shutdown included (serve stops the writer, which
+    writes what is queued, before the process exits)."""
+    host = await trio.to_thread.run_sync(lambda: start_host_process(tmp_path))
+    try:
+        assert await trio.to_thread.run_sync(host.terminate) == 0
+    finally:
+        await trio.to_thread.run_sync(host.kill9)
+    messages = [r["msg"] for r in _lines(tmp_path / "logs" / "host" / LOG_NAME)]
+    assert "listening" in messages and "shutting down" in messages
+    assert messages.index("shutting down") < messages.index("shutdown: actors ended")
