@@ -9,6 +9,7 @@ item or a list of them (a batch). Responses are built as dicts and serialized wi
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ __all__ = [
     "encode",
     "encode_batch",
     "encoded_parts",
+    "json_size_upto",
     "dumps_long_string",
     "loads_large",
     "longer_than",
@@ -57,8 +59,9 @@ class Encoded:
         return loads_large(self.data)
 
 
-def longer_than(value: Any, limit: int) -> bool:
-    """Whether the JSON text of ``value`` is roughly longer than ``limit`` characters.
+def json_size_upto(value: Any, limit: int) -> int:
+    """Roughly how many characters the JSON text of ``value`` has, counted only until it passes ``limit``
+    (then some number above ``limit``).
 
     A count without encoding: each string's length and quotes, the keys, and the shortest text of
     everything else (a separator and one character per item: a number or a literal counts one),
@@ -81,7 +84,7 @@ def longer_than(value: Any, limit: int) -> bool:
             elif kind is dict:
                 left -= 2 + 5 * len(item)  # braces; each entry's quotes, colon, comma and shortest value
                 if left < 0:
-                    return True
+                    return limit - left
                 left -= sum(map(len, item))  # the keys
                 items = item.values()
             elif kind is list or kind is tuple:
@@ -93,7 +96,7 @@ def longer_than(value: Any, limit: int) -> bool:
             else:
                 items = ()
             if left < 0:
-                return True
+                return limit - left
             for sub in items:
                 kind = type(sub)
                 if kind is str:
@@ -101,10 +104,15 @@ def longer_than(value: Any, limit: int) -> bool:
                 elif kind is dict or kind is list or kind is tuple or kind is Encoded:
                     push(sub)
             if left < 0:
-                return True
+                return limit - left
     except TypeError:
-        return True
-    return False
+        return limit + 1
+    return limit - left
+
+
+def longer_than(value: Any, limit: int) -> bool:
+    """Whether the JSON text of ``value`` is roughly longer than ``limit`` characters (:func:`json_size_upto`)."""
+    return json_size_upto(value, limit) > limit
 
 
 LARGE_JSON = 1024 * 1024

@@ -31,42 +31,16 @@ from typing import Any
 
 import trio
 
+from protocol.jsonrpc import json_size_upto
 from store.receipts import ReceiptKey, conflict
 
-__all__ = ["Claim", "ReceiptBook", "Replayed", "approx_size"]
+__all__ = ["KEEP_BYTES", "Claim", "ReceiptBook", "Replayed"]
 
 _Id = tuple[str, str]
 
 KEEP_BYTES = 32 * 1024 * 1024
-"""The recent answers' budget (their :func:`approx_size`): 4,096 answers of a queue's 8 MiB would be 32 GiB."""
-
-
-def approx_size(value: Any, limit: int) -> int:
-    """About the size of ``value`` as JSON (strings and bytes by their length, 8 per other item), walked only
-    until it passes ``limit`` (then some number above ``limit``): bounded work for any answer."""
-    total = 0
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            total += 2 + 8 * len(item)
-            for k, v in item.items():
-                total += len(k) if isinstance(k, str) else 8
-                if isinstance(v, str):
-                    total += len(v)
-                elif isinstance(v, (dict, list, tuple, bytes, bytearray)) or hasattr(v, "data"):
-                    stack.append(v)
-        elif isinstance(item, (list, tuple)):
-            total += 2 + len(item)
-            stack.extend(item)
-        elif isinstance(item, (str, bytes, bytearray)):
-            total += len(item) + 2
-        else:
-            data = getattr(item, "data", None)  # protocol.jsonrpc.Encoded: its bytes
-            total += len(data) if isinstance(data, (bytes, bytearray)) else 8
-        if total > limit:
-            return total
-    return total
+"""The recent answers' budget (their JSON size, ``protocol.jsonrpc.json_size_upto``): 4,096 answers of a
+queue's 8 MiB would be 32 GiB."""
 
 
 @dataclass
@@ -181,7 +155,7 @@ class ReceiptBook:
         row is in the database, so forgetting it (even at once, when it alone is over the budget) loses
         nothing: a retry reads the row."""
         entry = self._entries.get(ident)
-        size = approx_size(entry.response, self._keep_bytes) if entry is not None else 0
+        size = json_size_upto(entry.response, self._keep_bytes) if entry is not None else 0
         if size > self._keep_bytes:
             self._entries.pop(ident, None)
             return

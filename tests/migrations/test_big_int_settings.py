@@ -121,8 +121,8 @@ async def test_a_task_update_and_run_leave_a_seed_era_big_integer_in_its_config_
             assert literal in _task_config(data).replace(" ", "")
             await c.call("tasks.update", {"taskId": "task-hourly", "title": "Renamed"})
             assert literal in _task_config(data), _task_config(data)
-            await c.call("tasks.update", {"taskId": "task-hourly", "cadence": "daily", "schedule": {"hour": 9, "minute": 30},
-                                          "calendarConfigured": True})
+            await c.call("tasks.update", {"taskId": "task-hourly", "cadence": "daily",
+                                          "schedule": {"hour": 9, "minute": 30}, "calendarConfigured": True})
             assert literal in _task_config(data), _task_config(data)
             await c.call("tasks.startRun", {"taskId": "task-hourly"})
             assert literal in _task_config(data), _task_config(data)

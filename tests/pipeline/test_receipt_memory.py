@@ -15,8 +15,8 @@ from typing import Any
 
 import trio
 
-from protocol.jsonrpc import Encoded
-from runtime.receipts import KEEP_BYTES, Claim, ReceiptBook, Replayed, approx_size
+from protocol.jsonrpc import Encoded, json_size_upto
+from runtime.receipts import KEEP_BYTES, Claim, ReceiptBook, Replayed
 from store.receipts import ReceiptKey
 from tests.hostkit import client_for, index_caught_up, inprocess_host
 
@@ -32,11 +32,11 @@ async def _answered(book: ReceiptBook, n: int, response: Any) -> None:
 
 
 def test_approx_size_counts_strings_bytes_and_items_and_stops_past_its_limit() -> None:
-    assert approx_size({"a": "x" * 1000, "b": [1, 2, "yy"]}, 10**9) >= 1000
-    assert approx_size(Encoded(b"x" * 5000), 10**9) >= 5000
+    assert json_size_upto({"a": "x" * 1000, "b": [1, 2, "yy"]}, 10**9) >= 1000
+    assert json_size_upto(Encoded(b"x" * 5000), 10**9) >= 5000
     nested = [{"k": ["z" * 100]}] * 100_000  # ~10 MB: the walk stops once past the limit
-    assert approx_size(nested, 10**9) > 10_000_000
-    assert approx_size(nested, 1000) > 1000
+    assert json_size_upto(nested, 10**9) > 10_000_000
+    assert json_size_upto(nested, 1000) > 1000
 
 
 async def test_recent_answers_stay_within_the_byte_budget_oldest_forgotten_first() -> None:
