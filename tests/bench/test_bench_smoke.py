@@ -431,3 +431,24 @@ def test_rounds_cut_every_session_alike() -> None:
     assert len(rounds) == 3 and all(set(r) == {"a", "b"} for r in rounds)
     assert [x for r in rounds for x in r["a"]] == work["a"] and [x for r in rounds for x in r["b"]] == work["b"]
     assert len(rounds_of(work, 10)) == 7
+
+
+def test_the_in_process_host_runs_with_the_collector_set_as_serve_sets_it(tmp_path: Path) -> None:
+    """Once boot is done, ``inprocess_host`` freezes what is alive and raises the youngest generation's
+    threshold, as ``pi-host serve`` does (``runtime.process.freeze_boot_objects``): the appends section
+    charges no full collection of boot's objects to the host, which a served host never runs. In a
+    subprocess: the test process's own collector is left as it is."""
+    code = (
+        "import gc, sys, trio\n"
+        f"sys.path.insert(0, {str(REPO / 'scripts')!r})\n"
+        "from pathlib import Path\n"
+        "from bench_common import inprocess_host\n"
+        "async def main():\n"
+        f"    async with inprocess_host(Path({str(tmp_path / 'data')!r})):\n"
+        "        print(gc.get_threshold()[0], gc.get_freeze_count() > 0)\n"
+        "trio.run(main)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    from runtime.process import GC_GEN0_THRESHOLD
+    assert proc.stdout.split() == [str(GC_GEN0_THRESHOLD), "True"]
