@@ -246,6 +246,8 @@ def plan_appends(
         except StoreError as exc:
             outcomes.append(Refuse(exc))
             continue
+        # a createdAt the record took from ``now_ms`` (the client sent none) is not parsed back for its ref
+        created_ms = None if isinstance(req.message.get("createdAt"), str) else now_ms
         named = named_root(rec)
         if named is not None:
             family = known.roots.get(named, named)
@@ -323,7 +325,7 @@ def plan_appends(
                 continue
             new_seq, replace = seq + 1, False
             ref = message_ref(session_id, new_seq, rec,
-                              turn if isinstance(turn, str) and turn in known.turns else None)
+                              turn if isinstance(turn, str) and turn in known.turns else None, created_ms=created_ms)
         record = _with_receipt(rec, req.receipt, remapped_from, new_seq)
         try:
             line = dumps_line(record)

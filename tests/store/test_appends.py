@@ -24,6 +24,7 @@ from store.indexing.appends import (
 from store.indexing.database import open_reader, open_writer
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
+from store.transcripts import records
 from store.transcripts.records import awaits_final, receipt_of
 from store.transcripts.transcript import TranscriptWriter, create_transcript
 
@@ -57,6 +58,32 @@ def test_a_new_id_is_written_with_the_next_seq() -> None:
     assert out.response() == {"message": out.ref, "replayed": False}
     assert out.ref["id"] == "m1" and out.ref["seq"] == 5 and out.ref["sessionId"] == SID
     assert loads_line(out.line) == out.record and out.line.endswith(b"\n")
+
+
+def test_a_created_at_the_plan_fills_is_not_parsed_back_for_its_ref(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record's createdAt comes from ``now_ms`` when the client sent none: the ref takes ``now_ms`` as it
+    is instead of parsing the string just made (one RFC 3339 parse per append); a createdAt the client
+    sent is parsed. Either way the ref's time is the line's, as the index parses it."""
+    parsed: list[object] = []
+
+    def counting(value: object, default: int) -> int:
+        parsed.append(value)
+        return records.rfc3339_to_ms(value, default)
+
+    monkeypatch.setattr(index, "rfc3339_to_ms", counting)
+    [filled] = plan(AppendRequest(message("m1")))
+    [sent] = plan(AppendRequest(message("m2", createdAt="2024-02-29T23:59:59.999Z")))
+    assert isinstance(filled, Write) and isinstance(sent, Write)
+    assert parsed == ["2024-02-29T23:59:59.999Z"]
+    assert filled.ref["createdAt"] == NOW == records.rfc3339_ms(filled.record["createdAt"])
+    assert sent.ref["createdAt"] == records.rfc3339_ms("2024-02-29T23:59:59.999Z")
+
+
+@pytest.mark.parametrize("ms", [0, 1, 999, 1_000, NOW, NOW + 1, NOW + 999, 1_765_000_000_123, 4_102_444_799_999,
+                                253_402_300_799_999])
+def test_a_filled_created_at_parses_back_to_the_ms_it_was_made_from(ms: int) -> None:
+    """What the ref's shortcut relies on: the index parses the filled string to the same ms."""
+    assert records.rfc3339_ms(records.ms_to_rfc3339(ms)) == ms
 
 
 def test_a_stored_receipt_is_replayed_and_writes_nothing() -> None:
