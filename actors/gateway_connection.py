@@ -102,6 +102,9 @@ _CONNECTION_METHODS = frozenset({"host.hello", "events.subscribe", "events.unsub
 _PLUGIN_TOPICS = frozenset({"settings.changed"})
 """What a plugin connection may subscribe to (its own namespace's events only: ``_plugin_scope``)."""
 REPLY_ON_LOOP = 64 * 1024
+DECODE_ON_LOOP = 64 * 1024
+"""A text frame of up to this many characters is decoded (strict JSON) on the trio loop; a longer one (up to
+the 4 MiB frame cap: ~10-40 ms of strict decoding) in a worker thread, its connection's reader waiting for it."""
 """A read's reply of up to about this many characters is encoded on the trio loop (tens of microseconds);
 a longer one in a worker thread (a 16 MiB reply: ~7 ms of orjson, and the walk for its long strings)."""
 
@@ -293,6 +296,7 @@ class GatewayConnection:
         self._pieces = 0  # encoded replies held by batches not yet complete (all of this connection's)
         self._pieces_freed = trio.Event()
         self._encoder = trio.CapacityLimiter(1)  # the thread encoding this connection's long replies
+        self._decoder = trio.CapacityLimiter(1)  # the thread decoding its long frames (one reader: one at a time)
         self.zero_copy_frames = 0
         self.direct_frames = 0  # of them, sent from the replying task (no hop to the writer)
         self.ignored_notifications = 0  # requests without an id: never run (logged once per connection)
@@ -581,7 +585,10 @@ class GatewayConnection:
                 None, RpcErrorCode.INVALID_REQUEST, "binary frames are not accepted; send JSON text"))
             return
         try:
-            value = _decode(message)
+            if len(message) <= DECODE_ON_LOOP:
+                value = _decode(message)
+            else:  # the reader waits for it (frames stay in order); the loop does not
+                value = await trio.to_thread.run_sync(_decode, message, limiter=self._decoder)
         except (StoreError, RpcFailure) as exc:
             self._deliver_small(error(_id_of_refused(message, exc), exc))
             return

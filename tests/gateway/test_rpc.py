@@ -42,6 +42,11 @@ BAD_FRAMES = [
     ('{"id":1,"method":"echo"}', -32600, "INVALID_REQUEST"),
     ('{"jsonrpc":"2.0","id":{"x":1},"method":"echo"}', -32600, "INVALID_REQUEST"),
     ('{"jsonrpc":"2.0","id":1,"method":"echo","params":"scalar"}', -32600, "INVALID_REQUEST"),
+    # longer than DECODE_ON_LOOP: decoded in a worker thread, refused the same way
+    ('{"jsonrpc":"2.0","id":1,"method":"echo","params":{"p":"' + "x" * 100_000 + '","a":1,"a":2}}', -32700,
+     "PARSE_ERROR"),
+    ('{"jsonrpc":"2.0","id":1,"method":"echo","params":["' + "x" * 100_000 + '",NaN]}', -32700, "PARSE_ERROR"),
+    ('{"jsonrpc":"2.0","id":1,"method":"echo","params":["' + "x" * 100_000 + '\\ud800"]}', -32700, "PARSE_ERROR"),
 ]
 
 
