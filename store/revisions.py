@@ -82,11 +82,13 @@ def revision_line(
 
 
 def revision_live_line(root_user_id: str, revision_index: int, *, created_at_ms: int,
-                       message_count: int | None = None, receipt: Mapping[str, Any] | None = None) -> bytes:
+                       message_count: int | None = None, receipt: Mapping[str, Any] | None = None,
+                       extra: Mapping[str, Any] | None = None) -> bytes:
     """A constant-size reference to the branch that is the live transcript suffix. ``message_count``:
     the suffix's length when it was saved, which the index row stores (a rebuilt row reads it back).
     ``receipt``: a keyed ``session.saveActiveRevision``'s receipt record, with the answer it gives
-    (``RevisionFile.line_receipts``: a rebuilt index restores it)."""
+    (``RevisionFile.line_receipts``: a rebuilt index restores it). ``extra`` keys ride after the standard ones
+    (an import's ``importedFrom``; readers skip keys they do not know)."""
     rec: dict[str, Any] = {
         "type": REVISION_LIVE,
         "rootUserId": root_user_id,
@@ -97,6 +99,7 @@ def revision_live_line(root_user_id: str, revision_index: int, *, created_at_ms:
         rec["messageCount"] = message_count
     if receipt is not None:
         rec["receipt"] = dict(receipt)
+    rec.update(extra or {})
     return dumps_line(rec)
 
 
@@ -297,9 +300,10 @@ def archived_deletion_lines(path: str | os.PathLike[str], line_ids: Iterable[str
     return ArchivedDeletion(found, out)
 
 
-def read_revisions(path: str | os.PathLike[str]) -> RevisionFile:
-    """Read the whole file; a missing file is an empty history."""
-    return _read_file(path)
+def read_revisions(path: str | os.PathLike[str], *, records: bool = False) -> RevisionFile:
+    """Read the whole file; a missing file is an empty history. ``records``: also keep each key's newest
+    record as the file spells it (``RevisionFile.records``)."""
+    return _read_file(path, records=records)
 
 
 _READ_CHUNK = 1 << 20

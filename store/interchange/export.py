@@ -32,8 +32,13 @@ so it is redacted by its exact value; other text merely shaped like it (a
 unless ``include_thinking``.
 
 The JSONL form is the transcript format (docs/DESIGN.md): a ``session``
-header, a ``session_info`` line, the message and compaction lines, and one
-``environment`` line per snapshot (a line kind readers skip); it imports back
+header, a ``session_info`` line, the message and compaction lines, one
+``environment`` line per snapshot (a line kind readers skip), then the
+session's archived regenerate/edit branches (seed 003 §4.9) as the revisions
+file holds them: one ``revision`` (a branch stored in full) or
+``revision_live`` (a reference to the live suffix) line per
+``(rootUserId, revisionIndex)``, its newest line (:func:`archived_lines`; an
+older reader counts them as unknown line kinds and skips them); it imports back
 with the ``pi-host`` importer. Rendering of Markdown and HTML lives in
 :mod:`store.interchange.export_render`.
 """
@@ -53,12 +58,14 @@ from typing import Any, BinaryIO, TypeVar
 from store.attachments import AttachmentFiles, mark_evicted_blocks
 from store.config.secrets import SecretStore, list_meta
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
-from store.fsutil import fsync_dir
+from store.fsutil import fsync_dir, open_nofollow
 from store.indexing import index
 from store.jsonio import dumps_line, loads_line, now_rfc3339
+from store.revisions import REVISION, REVISION_LIVE, entry_of_line
 from store.snapshots import is_secret_key, load_snapshot
 from store.transcripts.records import wire_record
-from store.transcripts.transcript import read_spans
+from store.transcripts.session_files import REVISIONS_SUFFIX
+from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines, read_spans
 
 T = TypeVar("T")
 
@@ -354,6 +361,81 @@ def prepare_checkpoint(checkpoint: Mapping[str, Any], options: ExportOptions, re
     return dict(redactor.value(out))
 
 
+REVISION_KEYS = ("type", "rootUserId", "revisionIndex", "createdAt")
+"""What an exported archived branch keeps of its revisions line besides ``messages``/``compactions``
+(``revision``) or ``messageCount`` (``revision_live``): the host's turn ids, the receipts of deletes and an
+earlier import's provenance stay on the host."""
+
+
+def archived_lines(path: Path, view: SessionView | None = None) -> Iterator[dict[str, Any]]:
+    """The newest line of each ``(rootUserId, revisionIndex)`` of the revisions file ``path`` (seed 003 §4.9),
+    in key order, as exported: a ``revision`` line without the messages its ``deleted`` names (the export
+    holds no deleted message) and without its host-side keys (:data:`REVISION_KEYS`); a ``revision_live``
+    reference with its ``messageCount``. A missing file has none. Memory stays bounded: a first pass keeps
+    only each key's newest span, then the lines are read :data:`READ_BYTES` at a time (one line more when a
+    single line is larger), as the transcript's are. A line that no longer parses is counted in ``view``."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise classify_os_error(exc, f"read revisions {path}") from exc
+    try:
+        newest: dict[tuple[str, int], tuple[int, int]] = {}
+        for start, end, line, _ in bounded_lines(fd, 0, os.fstat(fd).st_size, limit=MAX_LINE_BYTES):
+            if not line:  # a torn tail or an over-long line: never a branch
+                continue
+            entry = entry_of_line(line[:-1])
+            if entry is not None:
+                newest[entry.key] = (start, end - start)
+        spans = [newest[key] for key in sorted(newest)]
+        batch: list[tuple[int, int]] = []
+        held = 0
+        for span in [*spans, None]:
+            if batch and (span is None or held + span[1] > READ_BYTES):
+                for raw in read_spans(path, batch, fd=fd):
+                    try:
+                        rec = loads_line(raw)
+                    except ValueError:
+                        if view is not None:
+                            view.unreadable += 1
+                        continue
+                    yield _archived(rec)
+                batch, held = [], 0
+            if span is not None:
+                batch.append(span)
+                held += span[1]
+    finally:
+        os.close(fd)
+
+
+def _archived(rec: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: rec[k] for k in REVISION_KEYS if k in rec}
+    if rec.get("type") == REVISION_LIVE:
+        if "messageCount" in rec:
+            out["messageCount"] = rec["messageCount"]
+        return out
+    raw = rec.get("deleted")
+    gone = {d for d in raw if isinstance(d, str)} if isinstance(raw, list) else set()
+    out["messages"] = [m for m in rec.get("messages") or () if isinstance(m, Mapping) and m.get("id") not in gone]
+    comps = rec.get("compactions")
+    if isinstance(comps, list) and comps:
+        out["compactions"] = comps
+    return out
+
+
+def prepare_revision(branch: Mapping[str, Any], options: ExportOptions, redactor: Redactor,
+                     report: ExportReport) -> dict[str, Any]:
+    """An archived branch as exported: its messages and checkpoints as the transcript's are
+    (:func:`prepare_record`, :func:`prepare_checkpoint`)."""
+    out = dict(branch)
+    if out.get("type") == REVISION:
+        out["messages"] = [prepare_record(m, options, redactor, report) for m in out.get("messages") or ()]
+        if "compactions" in out:
+            out["compactions"] = [prepare_checkpoint(c, options, redactor, report) for c in out["compactions"]]
+    return dict(redactor.value(out))
+
+
 def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, out: BinaryIO,
                    options: ExportOptions) -> ExportReport:
     """Write one session to ``out`` in ``options.format``. The index must cover the transcript."""
@@ -365,16 +447,20 @@ def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, 
     session["messageCount"] = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ? AND deleted = 0",
                                            (session_id,)).fetchone()[0]
     orphans = view.checkpoints.pop("", [])
-    report = export_records(session, view.records(), orphans, view.environments(), out, options)
+    revisions = transcript.with_name(f"{session_id}{REVISIONS_SUFFIX}")
+    report = export_records(session, view.records(), orphans, view.environments(), out, options,
+                            archived=archived_lines(revisions, view))
     report.unreadable_lines = view.unreadable
     return report
 
 
 def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]],
                    orphan_checkpoints: Iterable[Mapping[str, Any]], environments: Iterable[Mapping[str, Any]],
-                   out: BinaryIO, options: ExportOptions) -> ExportReport:
+                   out: BinaryIO, options: ExportOptions,
+                   archived: Iterable[Mapping[str, Any]] = ()) -> ExportReport:
     """The export of any session view: its summary, (message, the checkpoints after it) in order,
-    checkpoints without a boundary, then run environments (a native pi session has none)."""
+    checkpoints without a boundary, then run environments (a native pi session has none), then (JSONL
+    only) the archived branches ``archived`` yields (:func:`archived_lines`)."""
     _check_format(options)
     report = ExportReport(options.format)
     redactor = Redactor(options.secret_values, enabled=not options.include_secrets)
@@ -397,6 +483,9 @@ def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str,
     for env in environments:
         writer.environment(redactor.value(env))
         report.environments += 1
+    if options.format == "jsonl":
+        for branch in archived:
+            writer.revision(prepare_revision(branch, options, redactor, report))
     writer.end()
     report.redactions = redactor.count
     report.bytes = writer.written
@@ -497,6 +586,9 @@ class _JsonlWriter:
 
     def environment(self, env: Mapping[str, Any]) -> None:
         self._line({"type": "environment", **env})
+
+    def revision(self, record: Mapping[str, Any]) -> None:
+        self._line(record)
 
     def end(self) -> None:
         return None

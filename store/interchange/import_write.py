@@ -73,6 +73,7 @@ from store.indexing import index
 from store.interchange.importers import parse
 from store.interchange.importers.common import (
     DEFAULT_LIMITS,
+    Archived,
     BlobRef,
     BlobSink,
     ImportLimits,
@@ -88,11 +89,14 @@ from store.interchange.importers.common import (
 from store.interchange.importers.reader import LineReader
 from store.jsonio import dumps_line, loads_line
 from store.revisions import (
+    REVISION_LIVE,
     RevisionEntry,
     RevisionFile,
     append_revision_lines,
+    entry_of_line,
     find_root,
     hidden_by_import,
+    payload_digest,
     read_revisions,
     revision_line,
     revision_live_line,
@@ -558,6 +562,8 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
             families = _archive_off_branch(parsed.off_branch, staged, live, old)
             _stamp_families(families, staged, live, old, out, spans,
                             parsed.source_ids() if parsed.source_ids is not None else None)
+        if parsed.archived is not None and not staged.report.older_copy:
+            _carry_archived(parsed.archived(), staged)
         if kind == "new":
             staged.body_end = out.length
             out.write(_session_info(staged))
@@ -936,6 +942,49 @@ def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[s
         variants[:] = [v for v in variants if v.idx != idx] + [_Variant(idx, branch_ids, payload)]
         staged.report.archived_branches += 1
     return families
+
+
+def _carry_archived(archived: Archived, staged: StagedImport) -> None:
+    """A pi-host export's archived branches into the copy's revisions file under the keys they had (seed 003
+    §4.9): each one the file does not hold as it is becomes a line (``revision_line`` /
+    ``revision_live_line``, appended by :func:`publish`), each gets its ``message_revisions`` row (again,
+    idempotently) and the variant its family's live root is stamped with is the active one. A key whose
+    newest line the copy wrote itself (a regenerate or a switch made in the copy: its line names no
+    ``importedFrom``) is the copy's and is left as it is. Responses of a branch carrying an imported usage
+    report count as the transcript's (:func:`record_usage`)."""
+    assert staged.revisions is not None
+    stored = read_revisions(staged.revisions, records=True)
+    keys: set[tuple[str, int]] = set()
+    for branch in archived.branches:
+        root, idx, when = str(branch["rootUserId"]), int(branch["revisionIndex"]), int(branch["createdAt"])
+        extra: dict[str, Any] = {"importedFrom": staged.meta.source}
+        if branch["type"] == REVISION_LIVE:
+            count = branch.get("messageCount")
+            line = revision_live_line(root, idx, created_at_ms=when, message_count=count, extra=extra)
+        else:
+            messages = branch["messages"]
+            if comps := branch.get("compactions"):
+                extra["compactions"] = comps
+            line = revision_line(root, idx, messages, {}, created_at_ms=when, extra=extra)
+            count = len(messages)
+            staged.revision_records.extend(m for m in messages if carries_usage(m))
+        entry = entry_of_line(line[:-1])
+        assert entry is not None
+        keys.add(entry.key)
+        held = stored.get(root, idx)
+        held_rec = stored.records.get(entry.key, {})
+        if held is not None and "importedFrom" not in held_rec:
+            continue  # the copy's own
+        staged.revision_rows.append((root, idx, count if isinstance(count, int) else 0))
+        if held is not None and held.live == entry.live and (
+                held.message_count == entry.message_count if entry.live else
+                payload_digest(held) == payload_digest(entry)):
+            continue
+        staged.revision_lines.append(line)
+        staged.report.archived_branches += 1
+    for root, active in sorted(archived.active.items()):
+        if (root, active) in keys:
+            staged.revision_active.append((root, active))
 
 
 def _stored_families(stored: RevisionFile) -> dict[str, list[_Variant]]:

@@ -310,9 +310,6 @@ async def test_the_edit_and_the_switched_branch_come_over_as_shown(tmp_path: Pat
     assert rt.two["search"]["albatross"] == ["u3e"] and rt.two["search"]["heron"] == ["a1"]
 
 
-@pytest.mark.xfail(strict=True, reason="LOSS: the JSONL export holds only the live branch; the archived "
-                   "regenerate variant (revisions file, seed 003 §4.9) stays on host 1, while the root's "
-                   "meta.revisionCount/activeRevision come over and promise a pager with nothing behind it")
 async def test_archived_revisions_and_the_pager_come_over(tmp_path: Path) -> None:
     """Seed 003 §4.9 / acceptance 13: "Regenerated assistant variants survive restart in
     sessions/<id>.revisions.jsonl; the live root user turn reloads with revisionCount / activeRevision, the
@@ -320,9 +317,51 @@ async def test_archived_revisions_and_the_pager_come_over(tmp_path: Path) -> Non
     with trio.fail_after(120):
         rt = await roundtrip(tmp_path)
     strip = [{k: v for k, v in r.items() if k not in ("createdAt", "rootUserId")} for r in rt.one["revisions"]]
-    assert len(rt.one["revisions"]) == 2
+    # u1's two answers (the first active again) and u3's first wording (the edit archived it)
+    assert [(r["rootUserId"], r["revisionIndex"], r["isActive"]) for r in rt.one["revisions"]] == \
+        [("u1", 1, True), ("u1", 2, False), ("u3", 1, False)]
+    assert [local(r["rootUserId"], rt.new_sid) for r in rt.two["revisions"]] == ["u1", "u1", "u3"]
     assert [{k: v for k, v in r.items() if k not in ("createdAt", "rootUserId")} for r in rt.two["revisions"]] \
         == strip
+
+
+async def test_the_copys_pager_restores_each_archived_branch_as_host_1_does(tmp_path: Path) -> None:
+    """Seed 003 acceptance 13 "the pager can restore any archived branch": switching to each variant of the
+    regenerated turn, then back, shows on host 2 what it shows on host 1 (u3's archived first wording has no
+    live root on either host: u3e was appended without ``meta.revisionRootId``); a second export
+    of the same session imports as `unchanged` and one after another regenerate on host 1 as `updated`."""
+    out = tmp_path / "rich.jsonl"
+    with trio.fail_after(120):
+        async with two_hosts(tmp_path) as (_p1, c1, _p2, c2):
+            await build_rich(c1, tmp_path / "ws")
+            await export_to(c1, SID, out, includeSecrets=True, includeThinking=True)
+            [s] = (await import_file(c2, out))["sessions"]
+            new = s["sessionId"]
+
+            async def shows(c: HostClient, sid: str) -> list[tuple[str, str, Any]]:
+                got = await c.call("session.get", {"sessionId": sid, "full": True})
+                return [(local(m["id"], sid), m["role"], m["blocks"]) for m in got["messages"] if not m.get("deleted")]
+
+            for root, idx in (("u1", 2), ("u1", 1)):
+                for c, sid in ((c1, SID), (c2, new)):
+                    await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": (
+                        root if sid == SID else f"{new}:{root}"), "revisionIndex": idx})
+                assert await shows(c2, new) == await shows(c1, SID), (root, idx)
+            again = tmp_path / "again" / "rich.jsonl"
+            again.parent.mkdir()
+            await c1.call("session.truncateFrom", {"sessionId": SID, "messageId": "a4", "mode": "regenerate"})
+            await export_to(c1, SID, again, includeSecrets=True, includeThinking=True)
+            await c1.call("session.activateRevision", {"sessionId": SID, "rootUserId": "u4", "revisionIndex": 1})
+            [s2] = (await import_file(c2, again))["sessions"]
+            assert s2["sessionId"] == new and s2["status"] == "updated" and s2["archivedBranches"] >= 1
+            twice = tmp_path / "twice" / "rich.jsonl"
+            twice.parent.mkdir()
+            twice.write_bytes(again.read_bytes().replace(b'"exportedAt":"', b'"exportedAt":"1'))
+            [s3] = (await import_file(c2, twice))["sessions"]
+            assert s3["status"] == "unchanged" and s3["archivedBranches"] == 0, s3
+            await c2.call("session.activateRevision", {"sessionId": new, "rootUserId": f"{new}:u4",
+                                                        "revisionIndex": 1})
+            assert await shows(c2, new) == await shows(c1, SID)
 
 
 async def test_tombstoned_message_stays_deleted_and_the_checkpoint_comes_over(tmp_path: Path) -> None:
@@ -643,10 +682,11 @@ async def test_a_torn_or_damaged_export_file_imports_every_whole_line(tmp_path: 
             ids = [json.loads(ln)["id"] for ln in lines if json.loads(ln)["type"] == "message"]
             torn = tmp_path / "torn" / "rich.jsonl"
             torn.parent.mkdir()
-            torn.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+            last = max(i for i, ln in enumerate(lines) if json.loads(ln)["type"] == "message")  # archived
+            torn.write_bytes(b"".join(lines[:last]) + lines[last][: len(lines[last]) // 2])  # branches follow it
             report = await import_file(c2, torn)
             [s] = report["sessions"]
-            assert s["files"][0]["tornTailBytes"] == len(lines[-1]) // 2
+            assert s["files"][0]["tornTailBytes"] == len(lines[last]) // 2
             got = await c2.call("session.get", {"sessionId": s["sessionId"], "full": True})
             assert [local(m["id"], s["sessionId"]) for m in got["messages"]] == ids[:-1]
             torn.write_bytes(whole)  # the rest arrives (a copy finished)

@@ -59,6 +59,7 @@ from store.upgrade.schema import MAX_SEQ
 
 __all__ = [
     "SOURCES",
+    "Archived",
     "ChainTracker",
     "file_report",
     "open_source",
@@ -574,6 +575,16 @@ def count_output(report: SessionReport, record: Mapping[str, Any]) -> None:
             report.thinking_blocks += 1
 
 
+@dataclass(frozen=True)
+class Archived:
+    """A pi-host export's archived regenerate/edit branches (seed 003 §4.9), ids namespaced as the messages'."""
+
+    branches: list[dict[str, Any]]
+    """``revision`` / ``revision_live`` records as the revisions file holds them, one per key, in key order."""
+    active: dict[str, int]
+    """Family root → the variant its live root's pager stamp names (``activeRevision``)."""
+
+
 @dataclass
 class Parsed:
     """A parse in progress: ``records`` streams; ``meta`` and ``report`` are final once it is exhausted."""
@@ -591,6 +602,9 @@ class Parsed:
     """For a branch-following source: each branch the source holds off its current one, as
     ``(leaf key, the records of the path from the root to that leaf)`` (callable once ``records`` is
     exhausted); :mod:`store.interchange.import_write` keeps them in the revisions store."""
+    archived: Callable[[], Archived] | None = None
+    """For a pi-host export: the session's archived branches as its revisions file held them (callable once
+    ``records`` is exhausted); :mod:`store.interchange.import_write` writes them under the same keys."""
 
 
 def finalize(slots: Iterator[Slot], report: SessionReport, limits: ImportLimits) -> Iterator[dict[str, Any]]:

@@ -10,7 +10,10 @@ transcript; an export holds none, a transcript copy may), ``session_info``
 names the session (an export of an imported session: its ``historyModel``, ``historyGit`` and ``spawnedBy``
 go back into the origin history) and gives a new copy the export's ``thinkingLevel`` and ``thread`` metadata
 (its ``parentThreadId`` named as the copy of that parent is, its approved ``origins`` left behind); the internal
-command receipt is dropped. Tombstone lines
+command receipt is dropped. The export's ``revision`` / ``revision_live`` lines (its archived
+regenerate/edit branches, seed 003 §4.9) are handed over as :class:`Archived`, their ids namespaced as the
+messages' (a root's ``meta.revisionRootId`` too), for the import to write under the same keys into the copy's
+revisions file; an export without them (an older one) has none. Tombstone lines
 and unknown line kinds (an export's ``environment`` lines among them) are
 counted and skipped.
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from store.interchange.importers.common import (
+    Archived,
     Emitter,
     FileReport,
     LineReader,
@@ -42,6 +46,7 @@ from store.interchange.importers.common import (
     to_ms,
 )
 from store.interchange.origin_history import SPAWN_KEYS
+from store.revisions import REVISION, REVISION_LIVE, family_of, stamp_of
 from store.transcripts.records import ROLES
 
 SOURCE = "pi-host"
@@ -65,10 +70,13 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     sid = unit.session_id
     meta = SessionMeta(SOURCE, unit.external_id, sid, label="pi-host transcript")
     report = SessionReport(SOURCE, unit.external_id, sid)
-    return Parsed(meta, report, finalize(_records(unit.files[0], sid, ctx, meta, report), report, ctx.limits))
+    archived = Archived([], {})
+    records = _records(unit.files[0], sid, ctx, meta, report, archived)
+    return Parsed(meta, report, finalize(records, report, ctx.limits), archived=lambda: archived)
 
 
-def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report: SessionReport) -> Iterator[Slot]:
+def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report: SessionReport,
+             archived: Archived) -> Iterator[Slot]:
     file = FileReport(str(path))
     report.files.append(file)
     emitter = Emitter(ctx.limits, report)
@@ -104,6 +112,10 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
             meta.saw_time(to_ms(rec.get("createdAt")))
             replacement = out["id"] in seen
             seen.add(out["id"])
+            if out["role"] == "user" and family_of(out) not in archived.active:  # its live root (live_stamps)
+                active = stamp_of(out).active
+                if active is not None:
+                    archived.active[family_of(out)] = active
             _tally_tools(report, out)
             emitter.push(out, replacement=replacement)
         elif kind == "compaction":
@@ -124,6 +136,12 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
                 meta.saw_git(git.get("branch"), git.get("commit"), git.get("repositoryUrl"))
             _history(rec, meta)
             _carried(rec, meta)
+        elif kind in (REVISION, REVISION_LIVE):
+            branch = _revision(rec, sid)
+            if branch is None:
+                file.unknown[f"{kind}(invalid)"] += 1
+            else:
+                archived.branches.append(branch)
         elif kind in SKIPPED:
             file.skipped[str(kind)] += 1
         else:
@@ -189,9 +207,38 @@ def _message(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
             continue
         if key == "meta" and isinstance(value, Mapping):
             value = {k: v for k, v in value.items() if k != "receipt"}
+            if isinstance(value.get("revisionRootId"), str) and value["revisionRootId"]:
+                value["revisionRootId"] = join_id(sid, value["revisionRootId"])  # the family, as its root's id
             if not value:
                 continue
         out[key] = value
+    return out
+
+
+def _revision(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
+    """An exported archived branch with its ids namespaced (None: not one a revisions file could hold)."""
+    root, idx = rec.get("rootUserId"), rec.get("revisionIndex")
+    if not isinstance(root, str) or not root or type(idx) is not int or idx < 1:
+        return None
+    out: dict[str, Any] = {"type": rec["type"], "rootUserId": join_id(sid, root), "revisionIndex": idx,
+                           "createdAt": to_ms(rec.get("createdAt")) or 0}
+    if rec["type"] == REVISION_LIVE:
+        count = rec.get("messageCount")
+        if type(count) is int and count >= 0:
+            out["messageCount"] = count
+        return out
+    raw = rec.get("messages")
+    if not isinstance(raw, list):
+        return None
+    messages = [m for m in (_message(r, sid) for r in raw if isinstance(r, Mapping)) if m is not None]
+    if not messages:
+        return None
+    out["messages"] = messages
+    comps = rec.get("compactions")
+    kept = [c for c in (_compaction(r, sid) for r in comps if isinstance(r, Mapping)) if c is not None] \
+        if isinstance(comps, list) else []
+    if kept:
+        out["compactions"] = [{**c, "type": "compaction"} for c in kept]
     return out
 
 
