@@ -306,3 +306,23 @@ def record_imported_usage(conn: sqlite3.Connection, *, session_id: str, turn_id:
         (turn_id, session_id, provider_id, model_id, _token(usage, "input"), _token(usage, "output"),
          orjson.dumps(dict(usage)).decode(), cost_micros(usage), at_ms, at_ms),
     )
+
+
+def record_carried(conn: sqlite3.Connection, *, session_id: str, turn: Mapping[str, Any]) -> None:
+    """The turn row of one turn a pi-host export carried (its ``turn`` line, the id already namespaced as the
+    copy's message ids are), so the copy's ``usage.*`` sums what the first host's did: its status, model,
+    token counts, cost and usage report as that host stored them. Importing it again updates the row (an
+    imported response's row of the same id, :func:`record_imported_usage`, is that turn: one row)."""
+    usage = turn.get("usage")
+    conn.execute(
+        "INSERT INTO turns(id, session_id, status, provider_id, model_id, error_code, input_tokens, output_tokens, "
+        "usage_json, cost_micros, started_at, ended_at, retry_of) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+        "ON CONFLICT(id) DO UPDATE SET status = excluded.status, provider_id = excluded.provider_id, "
+        "model_id = excluded.model_id, error_code = excluded.error_code, input_tokens = excluded.input_tokens, "
+        "output_tokens = excluded.output_tokens, usage_json = excluded.usage_json, "
+        "cost_micros = excluded.cost_micros, started_at = excluded.started_at, ended_at = excluded.ended_at "
+        "WHERE turns.session_id = excluded.session_id",
+        (turn["id"], session_id, turn["status"], turn.get("providerId"), turn.get("modelId"), turn.get("errorCode"),
+         turn["inputTokens"], turn["outputTokens"], orjson.dumps(dict(usage)).decode() if usage else None,
+         turn["costMicros"], turn["startedAt"], turn["endedAt"], turn.get("retryOf")),
+    )

@@ -37,9 +37,11 @@ header, a ``session_info`` line, the message and compaction lines, one
 session's archived regenerate/edit branches (seed 003 §4.9) as the revisions
 file holds them: one ``revision`` (a branch stored in full) or
 ``revision_live`` (a reference to the live suffix) line per
-``(rootUserId, revisionIndex)``, its newest line (:func:`archived_lines`; an
-older reader counts them as unknown line kinds and skips them); it imports back
-with the ``pi-host`` importer. Rendering of Markdown and HTML lives in
+``(rootUserId, revisionIndex)``, its newest line (:func:`archived_lines`),
+and one ``turn`` line per ended turn (its status, model, token counts, cost
+and usage report: what ``usage.*`` sums). An older reader counts the last two
+kinds as unknown line kinds and skips them. It imports back with the
+``pi-host`` importer. Rendering of Markdown and HTML lives in
 :mod:`store.interchange.export_render`.
 """
 
@@ -55,6 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
+import orjson
+
 from store.attachments import AttachmentFiles, mark_evicted_blocks
 from store.config.secrets import SecretStore, list_meta
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
@@ -62,6 +66,7 @@ from store.fsutil import fsync_dir, open_nofollow
 from store.indexing import index
 from store.jsonio import dumps_line, loads_line, now_rfc3339
 from store.revisions import REVISION, REVISION_LIVE, entry_of_line
+from store.rules import TURN_ENDED
 from store.snapshots import is_secret_key, load_snapshot
 from store.transcripts.records import wire_record
 from store.transcripts.session_files import REVISIONS_SUFFIX
@@ -309,6 +314,32 @@ class SessionView:
             f"SELECT id FROM messages WHERE session_id = ? AND deleted = 1 AND id IN ({marks})",
             (self.row["id"], *ids)))
 
+    def turns(self) -> Iterator[dict[str, Any]]:
+        """The session's ended turns as exported (``turn`` lines): what ``usage.*`` and ``session.listTurns``
+        read of each (seed 003 §4.6), the turn still running left out (it has no usage yet). A stored usage
+        report that no longer parses is left out of its line, its promoted counts kept."""
+        for (tid, status, provider, model, error, tin, tout, usage_json, micros, started, ended,
+             retry_of) in self.conn.execute(
+                "SELECT id, status, provider_id, model_id, error_code, input_tokens, output_tokens, usage_json, "
+                "cost_micros, started_at, ended_at, retry_of FROM turns WHERE session_id = ? AND status IN "
+                f"({', '.join('?' * len(TURN_ENDED))}) ORDER BY started_at, id", (self.row["id"], *TURN_ENDED)):
+            out: dict[str, Any] = {"type": "turn", "id": tid, "status": status}
+            for key, value in (("providerId", provider), ("modelId", model), ("errorCode", error),
+                               ("retryOf", retry_of)):
+                if value is not None:
+                    out[key] = value
+            out.update({"inputTokens": tin or 0, "outputTokens": tout or 0, "costMicros": micros or 0})
+            try:
+                usage = orjson.loads(usage_json) if usage_json else None
+            except orjson.JSONDecodeError:
+                usage = None
+            if isinstance(usage, dict):
+                out["usage"] = usage
+            out["startedAt"] = now_rfc3339(int(started or 0))
+            if ended is not None:
+                out["endedAt"] = now_rfc3339(int(ended))
+            yield out
+
     def environments(self) -> Iterator[dict[str, Any]]:
         for (turn_id,) in self.conn.execute(
                 "SELECT t.id FROM turns t JOIN run_snapshots s ON s.turn_id = t.id WHERE t.session_id = ? "
@@ -449,7 +480,7 @@ def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, 
     orphans = view.checkpoints.pop("", [])
     revisions = transcript.with_name(f"{session_id}{REVISIONS_SUFFIX}")
     report = export_records(session, view.records(), orphans, view.environments(), out, options,
-                            archived=archived_lines(revisions, view))
+                            archived=archived_lines(revisions, view), turns=view.turns())
     report.unreadable_lines = view.unreadable
     return report
 
@@ -457,10 +488,12 @@ def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, 
 def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]],
                    orphan_checkpoints: Iterable[Mapping[str, Any]], environments: Iterable[Mapping[str, Any]],
                    out: BinaryIO, options: ExportOptions,
-                   archived: Iterable[Mapping[str, Any]] = ()) -> ExportReport:
+                   archived: Iterable[Mapping[str, Any]] = (),
+                   turns: Iterable[Mapping[str, Any]] = ()) -> ExportReport:
     """The export of any session view: its summary, (message, the checkpoints after it) in order,
     checkpoints without a boundary, then run environments (a native pi session has none), then (JSONL
-    only) the archived branches ``archived`` yields (:func:`archived_lines`)."""
+    only) the archived branches ``archived`` yields (:func:`archived_lines`) and the turns ``turns`` yields
+    (``SessionView.turns``)."""
     _check_format(options)
     report = ExportReport(options.format)
     redactor = Redactor(options.secret_values, enabled=not options.include_secrets)
@@ -486,6 +519,8 @@ def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str,
     if options.format == "jsonl":
         for branch in archived:
             writer.revision(prepare_revision(branch, options, redactor, report))
+        for turn in turns:
+            writer.turn(redactor.value(turn))
     writer.end()
     report.redactions = redactor.count
     report.bytes = writer.written
@@ -588,6 +623,9 @@ class _JsonlWriter:
         self._line({"type": "environment", **env})
 
     def revision(self, record: Mapping[str, Any]) -> None:
+        self._line(record)
+
+    def turn(self, record: Mapping[str, Any]) -> None:
         self._line(record)
 
     def end(self) -> None:

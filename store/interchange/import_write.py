@@ -285,6 +285,8 @@ class StagedImport:
     revision_active: list[tuple[str, int]] = field(default_factory=list)
     """``(rootUserId, revisionIndex)`` of each family whose root is on the source's current branch: the
     variant that branch is (``is_active``; see :func:`_stamp_families`)."""
+    carried_turns: list[dict[str, Any]] = field(default_factory=list)
+    """A pi-host export's turns (``turn`` lines, ids namespaced): the copy's turn rows (:func:`apply_index`)."""
     revisions_pre: int | None = None
     """Length of the revisions file before :func:`publish` appended (None: nothing appended)."""
     revisions_end: int = 0
@@ -564,6 +566,8 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
                             parsed.source_ids() if parsed.source_ids is not None else None)
         if parsed.archived is not None and not staged.report.older_copy:
             _carry_archived(parsed.archived(), staged)
+        if parsed.carried_turns is not None:
+            staged.carried_turns = parsed.carried_turns()
         if kind == "new":
             staged.body_end = out.length
             out.write(_session_info(staged))
@@ -1394,6 +1398,8 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
         set_active(conn, sid, root, idx)
     if staged.revision_records:  # an abandoned branch's responses count like the transcript's (one row each)
         record_usage(conn, sid, staged.revision_records)
+    for turn in staged.carried_turns:  # the first host's turns, as it stored them (after: they win)
+        turns.record_carried(conn, session_id=sid, turn=turn)
     for blob, message_id in staged.blobs:
         attachments.record_blob(conn, blob.sha256, blob.size, blob.mime_type, now_ms)
         attachments.record_ref(conn, blob.sha256, sid, message_id, now_ms)

@@ -603,6 +603,9 @@ class Parsed:
     ``(leaf key, the records of the path from the root to that leaf)`` (callable once ``records`` is
     exhausted); :mod:`store.interchange.import_write` keeps them in the revisions store."""
     archived: Callable[[], Archived] | None = None
+    carried_turns: Callable[[], list[dict[str, Any]]] | None = None
+    """For a pi-host export: the turns it carried (``turn`` lines: the first host's usage), ids namespaced;
+    :mod:`store.interchange.import_write` records them as the copy's turn rows."""
     """For a pi-host export: the session's archived branches as its revisions file held them (callable once
     ``records`` is exhausted); :mod:`store.interchange.import_write` writes them under the same keys."""
 

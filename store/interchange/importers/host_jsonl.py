@@ -13,7 +13,8 @@ go back into the origin history) and gives a new copy the export's ``thinkingLev
 command receipt is dropped. The export's ``revision`` / ``revision_live`` lines (its archived
 regenerate/edit branches, seed 003 §4.9) are handed over as :class:`Archived`, their ids namespaced as the
 messages' (a root's ``meta.revisionRootId`` too), for the import to write under the same keys into the copy's
-revisions file; an export without them (an older one) has none. Tombstone lines
+revisions file; its ``turn`` lines (the first host's usage, seed 003 §4.6) become the copy's turn rows, ids
+namespaced the same way. An export without them (an older one) has none. Tombstone lines
 and unknown line kinds (an export's ``environment`` lines among them) are
 counted and skipped.
 """
@@ -47,6 +48,7 @@ from store.interchange.importers.common import (
 )
 from store.interchange.origin_history import SPAWN_KEYS
 from store.revisions import REVISION, REVISION_LIVE, family_of, stamp_of
+from store.rules import TURN_ENDED
 from store.transcripts.records import ROLES
 
 SOURCE = "pi-host"
@@ -71,12 +73,14 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     meta = SessionMeta(SOURCE, unit.external_id, sid, label="pi-host transcript")
     report = SessionReport(SOURCE, unit.external_id, sid)
     archived = Archived([], {})
-    records = _records(unit.files[0], sid, ctx, meta, report, archived)
-    return Parsed(meta, report, finalize(records, report, ctx.limits), archived=lambda: archived)
+    turns: dict[str, dict[str, Any]] = {}
+    records = _records(unit.files[0], sid, ctx, meta, report, archived, turns)
+    return Parsed(meta, report, finalize(records, report, ctx.limits), archived=lambda: archived,
+                  carried_turns=lambda: list(turns.values()))
 
 
 def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report: SessionReport,
-             archived: Archived) -> Iterator[Slot]:
+             archived: Archived, turns: dict[str, dict[str, Any]]) -> Iterator[Slot]:
     file = FileReport(str(path))
     report.files.append(file)
     emitter = Emitter(ctx.limits, report)
@@ -142,6 +146,14 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
                 file.unknown[f"{kind}(invalid)"] += 1
             else:
                 archived.branches.append(branch)
+        elif kind == "turn":
+            turn = _turn(rec, sid)
+            if turn is None:
+                file.unknown["turn(invalid)"] += 1
+            elif len(turns) < ctx.limits.max_messages or turn["id"] in turns:
+                turns[turn["id"]] = turn
+            else:
+                file.skipped["turn(over limit)"] += 1
         elif kind in SKIPPED:
             file.skipped[str(kind)] += 1
         else:
@@ -239,6 +251,30 @@ def _revision(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
         if isinstance(comps, list) else []
     if kept:
         out["compactions"] = [{**c, "type": "compaction"} for c in kept]
+    return out
+
+
+def _count(value: object) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def _turn(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
+    """An exported turn (its usage) with its id namespaced as the messages' are (None: not an ended turn)."""
+    tid, status = rec.get("id"), rec.get("status")
+    started, ended = to_ms(rec.get("startedAt")), to_ms(rec.get("endedAt"))
+    tin, tout, micros = _count(rec.get("inputTokens")), _count(rec.get("outputTokens")), _count(rec.get("costMicros"))
+    if not isinstance(tid, str) or not tid or status not in TURN_ENDED or started is None or ended is None \
+            or tin is None or tout is None or micros is None:
+        return None
+    out: dict[str, Any] = {"id": join_id(sid, tid), "status": status, "inputTokens": tin, "outputTokens": tout,
+                           "costMicros": micros, "startedAt": started, "endedAt": max(started, ended)}
+    for key in ("providerId", "modelId", "errorCode"):
+        if isinstance(rec.get(key), str) and rec[key]:
+            out[key] = rec[key]
+    if isinstance(rec.get("retryOf"), str) and rec["retryOf"]:
+        out["retryOf"] = join_id(sid, rec["retryOf"])
+    if isinstance(rec.get("usage"), Mapping):
+        out["usage"] = dict(rec["usage"])
     return out
 
 
