@@ -285,6 +285,9 @@ class StagedImport:
     revision_active: list[tuple[str, int]] = field(default_factory=list)
     """``(rootUserId, revisionIndex)`` of each family whose root is on the source's current branch: the
     variant that branch is (``is_active``; see :func:`_stamp_families`)."""
+    revision_created: dict[tuple[str, int], int] = field(default_factory=dict)
+    """A pi-host export's archived branches: when each was archived (its line's ``createdAt``), its row's
+    ``created_at`` (as a rebuilt index gives it: ``store.revisions.rows_from_file``); others get the import's time."""
     carried_turns: list[dict[str, Any]] = field(default_factory=list)
     """A pi-host export's turns (``turn`` lines, ids namespaced): the copy's turn rows (:func:`apply_index`)."""
     revisions_pre: int | None = None
@@ -980,6 +983,8 @@ def _carry_archived(archived: Archived, staged: StagedImport) -> None:
         if held is not None and "importedFrom" not in held_rec:
             continue  # the copy's own
         staged.revision_rows.append((root, idx, count if isinstance(count, int) else 0))
+        if when > 0:
+            staged.revision_created[entry.key] = when
         if held is not None and held.live == entry.live and (
                 held.message_count == entry.message_count if entry.live else
                 payload_digest(held) == payload_digest(entry)):
@@ -1393,7 +1398,8 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
             conn.execute("UPDATE sessions SET provider_id = ?, model_id = ? WHERE id = ? AND model_id IS NULL",
                          (model[0], model[1], sid))
     for root, idx, count in staged.revision_rows:
-        upsert_row(conn, sid, root, idx, message_count=count, now_ms=now_ms)
+        upsert_row(conn, sid, root, idx, message_count=count,
+                   now_ms=staged.revision_created.get((root, idx), now_ms))
     for root, idx in staged.revision_active:  # the variant the root's pager stamp names (seed 003 §4.9)
         set_active(conn, sid, root, idx)
     if staged.revision_records:  # an abandoned branch's responses count like the transcript's (one row each)

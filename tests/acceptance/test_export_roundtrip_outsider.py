@@ -500,7 +500,7 @@ async def test_the_copy_reads_the_same_after_its_index_is_rebuilt(tmp_path: Path
                 os.unlink(tmp_path / "d2" / name)
         async with real_host(tmp_path / "d2") as (_p, c2):
             again = await view(c2, rt.new_sid)
-    for key in ("compactions", "context", "search", "total"):
+    for key in ("compactions", "context", "search", "total", "revisions"):
         assert again[key] == rt.two[key], key
     # the attachments' bytes never came over (test_attachment_bytes_come_over): the rebuilt index marks their
     # blocks evicted, which the import did not; everything else reads the same
