@@ -109,3 +109,67 @@ def test_an_imported_sessions_usage_comes_over_once_and_an_older_export_still_im
     assert rep3.status == "new" and revision_rows(three, rep3.session_id) == []
     msgs = three.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (rep3.session_id,)).fetchone()[0]
     assert msgs == two.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (rep.session_id,)).fetchone()[0]
+
+
+def test_an_exported_branch_leaves_thinking_and_secrets_out_as_the_transcript_does() -> None:
+    branch = {"type": "revision", "rootUserId": "u1", "revisionIndex": 2, "createdAt": "2026-01-01T00:00:00.000Z",
+              "messages": [{"type": "message", "id": "a1b", "role": "assistant", "createdAt": "2026-01-01T00:00:00.000Z",
+                            "blocks": [{"type": "thinking", "text": "hidden musing"},
+                                       {"type": "text", "text": "the key is sk-test-value-123"}],
+                            "meta": {"apiKey": "plain", "receipt": {"clientId": "c"}}}]}
+    options = ExportOptions(format="jsonl", secret_values=("sk-test-value-123",))
+    redactor = export_mod.Redactor(options.secret_values)
+    report = export_mod.ExportReport("jsonl")
+    out = export_mod.prepare_revision(branch, options, redactor, report)
+    [m] = out["messages"]
+    assert m["blocks"] == [{"type": "text", "text": "the key is [redacted]"}]
+    assert m["meta"] == {"apiKey": "[redacted]"} and report.thinking_omitted == 1
+
+
+def _export_file(path: Path, answer: str) -> Path:
+    """A hand-made pi-host export: u1 → a1 live (variant 1 of u1's family), a1b archived as variant 2."""
+    stamp = {"revisionCount": 2, "activeRevision": 1, "revisionRootId": "u1"}
+    at = "2026-01-01T00:00:00.000Z"
+    lines: list[dict[str, Any]] = [
+        {"type": "session", "schema": 1, "sessionId": "hand", "createdAt": at, "exportedBy": "pi-host",
+         "exportedAt": f"2026-01-0{len(path.parent.name)}T00:00:00.000Z", "note": path.parent.name},
+        {"type": "session_info", "title": "hand-made", "updatedAt": at},
+        {"type": "message", "id": "u1", "role": "user", "createdAt": at, "meta": stamp,
+         "blocks": [{"type": "text", "text": "q"}]},
+        {"type": "message", "id": "a1", "role": "assistant", "createdAt": at, "blocks": [{"type": "text", "text": "a"}]},
+        {"type": "revision", "rootUserId": "u1", "revisionIndex": 1, "createdAt": at, "messages": [
+            {"type": "message", "id": "u1", "role": "user", "createdAt": at, "blocks": [{"type": "text", "text": "q"}]},
+            {"type": "message", "id": "a1", "role": "assistant", "createdAt": at,
+             "blocks": [{"type": "text", "text": "a"}]}]},
+        {"type": "revision", "rootUserId": "u1", "revisionIndex": 2, "createdAt": at, "messages": [
+            {"type": "message", "id": "u1", "role": "user", "createdAt": at, "meta": stamp,
+             "blocks": [{"type": "text", "text": "q"}]},
+            {"type": "message", "id": "a1b", "role": "assistant", "createdAt": at,
+             "blocks": [{"type": "text", "text": answer}]}]},
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    return path
+
+
+def test_a_reimport_updates_an_imported_branch_and_leaves_one_the_copy_changed(tmp_path: Path) -> None:
+    db, target = _host(tmp_path, "two")
+    rep = _import(db, target, _export_file(tmp_path / "a" / "hand.jsonl", "second answer"))
+    sid = rep.session_id
+    rows = revision_rows(db, sid)
+    assert [(r["rootUserId"], r["revisionIndex"], r["isActive"]) for r in rows] == \
+        [(f"{sid}:u1", 1, True), (f"{sid}:u1", 2, False)]
+    revisions = target.revisions(sid)
+    size = revisions.stat().st_size
+    rep = _import(db, target, _export_file(tmp_path / "b" / "hand.jsonl", "second answer"))
+    assert rep.status == "unchanged" and revisions.stat().st_size == size
+    rep = _import(db, target, _export_file(tmp_path / "c" / "hand.jsonl", "second answer, refreshed"))
+    assert rep.status == "updated" and rep.archived_branches == 1
+    assert b"refreshed" in revisions.read_bytes().splitlines()[-1]
+    # the copy stores variant 2 itself (a switch made in the copy): a later export's variant 2 leaves it
+    mine = revision_line(f"{sid}:u1", 2, [{"type": "message", "id": f"{sid}:u1", "role": "user", "blocks": []}],
+                         {}, created_at_ms=NOW)
+    with revisions.open("ab") as fh:
+        fh.write(mine)
+    rep = _import(db, target, _export_file(tmp_path / "d" / "hand.jsonl", "another answer"))
+    assert rep.archived_branches == 0 and revisions.read_bytes().endswith(mine)
