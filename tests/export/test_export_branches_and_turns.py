@@ -112,8 +112,9 @@ def test_an_imported_sessions_usage_comes_over_once_and_an_older_export_still_im
 
 
 def test_an_exported_branch_leaves_thinking_and_secrets_out_as_the_transcript_does() -> None:
-    branch = {"type": "revision", "rootUserId": "u1", "revisionIndex": 2, "createdAt": "2026-01-01T00:00:00.000Z",
-              "messages": [{"type": "message", "id": "a1b", "role": "assistant", "createdAt": "2026-01-01T00:00:00.000Z",
+    at = "2026-01-01T00:00:00.000Z"
+    branch = {"type": "revision", "rootUserId": "u1", "revisionIndex": 2, "createdAt": at,
+              "messages": [{"type": "message", "id": "a1b", "role": "assistant", "createdAt": at,
                             "blocks": [{"type": "thinking", "text": "hidden musing"},
                                        {"type": "text", "text": "the key is sk-test-value-123"}],
                             "meta": {"apiKey": "plain", "receipt": {"clientId": "c"}}}]}
@@ -136,7 +137,8 @@ def _export_file(path: Path, answer: str) -> Path:
         {"type": "session_info", "title": "hand-made", "updatedAt": at},
         {"type": "message", "id": "u1", "role": "user", "createdAt": at, "meta": stamp,
          "blocks": [{"type": "text", "text": "q"}]},
-        {"type": "message", "id": "a1", "role": "assistant", "createdAt": at, "blocks": [{"type": "text", "text": "a"}]},
+        {"type": "message", "id": "a1", "role": "assistant", "createdAt": at,
+         "blocks": [{"type": "text", "text": "a"}]},
         {"type": "revision", "rootUserId": "u1", "revisionIndex": 1, "createdAt": at, "messages": [
             {"type": "message", "id": "u1", "role": "user", "createdAt": at, "blocks": [{"type": "text", "text": "q"}]},
             {"type": "message", "id": "a1", "role": "assistant", "createdAt": at,
