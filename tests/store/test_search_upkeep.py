@@ -11,6 +11,7 @@ import pytest
 from store.indexing.database import open_reader, open_writer
 from store.search.search import search_messages, search_sessions
 from store.search.search_upkeep import (
+    AUTOMERGE,
     FULL_MERGE_FRACTION,
     LEAF_PAGE_BYTES,
     USERMERGE,
@@ -72,6 +73,7 @@ def test_tune_index_sets_fts5_options_once(tmp_path: Path) -> None:
     assert "pgsz" not in _config(conn)
     assert tune_index(conn) is True
     assert _config(conn)["pgsz"] == LEAF_PAGE_BYTES and _config(conn)["usermerge"] == USERMERGE
+    assert _config(conn)["automerge"] == AUTOMERGE == 8
     assert tune_index(conn) is False  # idempotent
 
 
@@ -87,6 +89,26 @@ def test_the_writer_tunes_new_and_existing_databases(tmp_path: Path) -> None:
         assert _config(conn)["usermerge"] == USERMERGE
     finally:
         conn.close()
+
+
+def test_an_older_file_gets_the_writers_automerge_at_open(tmp_path: Path) -> None:
+    """``automerge`` lives in the file (``messages_fts_config``): a file written before it was tuned, with
+    FTS5's default (no row: 4) or any other value, has the writer's at its next open."""
+    for older in (None, 4):
+        path = tmp_path / f"pi-{older}.sqlite"
+        conn, _ = open_writer(path, quarantine_dir=tmp_path / "q", now_ms=1)
+        try:
+            conn.execute("DELETE FROM messages_fts_config WHERE k = 'automerge'")
+            if older is not None:
+                conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', ?)", (older,))
+            assert _config(conn).get("automerge") == older
+        finally:
+            conn.close()
+        conn, _ = open_writer(path, quarantine_dir=tmp_path / "q", now_ms=2)
+        try:
+            assert _config(conn)["automerge"] == AUTOMERGE
+        finally:
+            conn.close()
 
 
 def test_upkeep_merges_a_fragmented_index_into_one_segment_and_changes_no_result(tmp_path: Path) -> None:
