@@ -10,7 +10,9 @@ messages_fts`` statement swapped, the host's triggers unchanged) and the host's
 index options (``tune_index``), inserting messages in transactions of 64
 rows like the DB writer's group commits (one multi-row INSERT per batch, as
 ``store.indexing.index.insert_message_rows`` does, unless the variant says
-"row per statement"; "batch 1"/"batch 512": other transaction sizes); then the writer's idle
+"row per statement"; "batch 1"/"batch 512": other transaction sizes; "automerge N", "pgsz N":
+other FTS5 options over the host's, "wal_autocheckpoint", "page_size": other settings of the file,
+whose floor is not measured again: their CPU column holds the non-index tables' share too); then the writer's idle
 merges (``upkeep_step`` until none is left), then ``search.sessions`` (limit 20,
 3 snippets) for the 3-char, 8-char, CJK and no-hit queries of
 ``scripts/bench_search.py`` drawn from this corpus, and a scan of every text
@@ -73,6 +75,19 @@ class Variant:
     one_statement: bool = True
     """The batch's rows in multi-row INSERTs (``insert_message_rows``, what the host's indexer does),
     or one INSERT per row (what it did before: FTS5 writes a segment per statement)."""
+    fts_config: tuple[tuple[str, int], ...] = ()
+    """FTS5 options set after the host's own (``tune_index``): e.g. ``automerge``, ``crisismerge``, ``pgsz``.
+    Runtime settings in ``messages_fts_config``: the index's content and every answer stay the same."""
+    pragmas: tuple[tuple[str, int], ...] = ()
+    """Connection PRAGMAs after the host's (``apply_pragmas``), e.g. ``wal_autocheckpoint``."""
+    page_size: int | None = None
+    """The database's page size (set before its first table; None: SQLite's default, as the host's)."""
+
+    @property
+    def is_schema(self) -> bool:
+        """The schema's own index as the host's indexer writes it."""
+        return (self.fts_sql == _stock() and self.batch == 64 and self.one_statement and not self.fts_config
+                and not self.pragmas and self.page_size is None)
 
 
 def _fts(options: str) -> str:
@@ -92,6 +107,14 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("detail=none, row per statement", _fts("content='', detail=none,\n  "), one_statement=False),
     Variant("detail=full, batch 1", _fts("content='',\n  "), batch=1),
     Variant("detail=full, batch 512", _fts("content='',\n  "), batch=512),
+    # Same layout, other FTS5 merge/page options and connection settings (content and answers unchanged):
+    Variant("detail=full, automerge 4 (FTS5 default)", _fts("content='',\n  "), fts_config=(("automerge", 4),)),
+    Variant("detail=full, automerge 16", _fts("content='',\n  "), fts_config=(("automerge", 16),)),
+    Variant("detail=full, automerge 0 (crisismerge only)", _fts("content='',\n  "), fts_config=(("automerge", 0),)),
+    Variant("detail=full, pgsz 4050 (FTS5 default)", _fts("content='',\n  "), fts_config=(("pgsz", 4050),)),
+    Variant("detail=full, wal_autocheckpoint 10000", _fts("content='',\n  "),
+            pragmas=(("wal_autocheckpoint", 10_000),)),
+    Variant("detail=full, page_size 16384", _fts("content='',\n  "), page_size=16_384),
 )
 
 
@@ -218,13 +241,19 @@ def build_variant(variant: Variant, corpus: Corpus, db_path: Path) -> dict[str, 
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
     conn = sqlite3.connect(str(db_path), isolation_level=None)
     try:
+        if variant.page_size is not None:
+            conn.execute(f"PRAGMA page_size = {int(variant.page_size)}")
         apply_pragmas(conn, synchronous="NORMAL")
+        for name, value in variant.pragmas:
+            conn.execute(f"PRAGMA {name} = {int(value)}")
         apply_schema(conn, statements=_ddl(variant))
         if variant.fts_sql is None:
             for trigger in ("messages_ai", "messages_ad", "messages_au"):
                 conn.execute(f"DROP TRIGGER {trigger}")
         else:
             tune_index(conn)
+            for key, value in variant.fts_config:
+                conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES (?, ?)", (key, value))
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO sessions(id, title, created_at, updated_at) VALUES (?,?,?,?)",
@@ -297,7 +326,7 @@ def run(*, messages: int = 50_000, sessions: int = 1, queries: int = 20, reps: i
             continue
         built = build_variant(variant, corpus, db_path)
         row: dict[str, Any] = {"variant": variant.name, "batch": variant.batch, "oneStatement": variant.one_statement,
-                               "schema": variant.fts_sql == _stock() and variant.batch == 64 and variant.one_statement,
+                               "schema": variant.is_schema,
                                **built}
         if variant.fts_sql is None:
             floor_cpu[variant.one_statement] = built["insertCpuUs"]
