@@ -3,6 +3,7 @@
 
     python scripts/bench_index_variants.py                      # 50,000 messages, one session
     python scripts/bench_index_variants.py --messages 200000 --sessions 400
+    python scripts/bench_index_variants.py --options --only "(v22 layout),automerge"   # FTS5 options
 
 Builds every variant of ``messages_fts`` on the SAME corpus in one run, through
 the real schema (``apply_schema`` with only the ``CREATE VIRTUAL TABLE
@@ -10,9 +11,9 @@ messages_fts`` statement swapped, the host's triggers unchanged) and the host's
 index options (``tune_index``), inserting messages in transactions of 64
 rows like the DB writer's group commits (one multi-row INSERT per batch, as
 ``store.indexing.index.insert_message_rows`` does, unless the variant says
-"row per statement"; "batch 1"/"batch 512": other transaction sizes; "automerge N", "pgsz N":
-other FTS5 options over the host's, "wal_autocheckpoint", "page_size": other settings of the file,
-whose floor is not measured again: their CPU column holds the non-index tables' share too); then the writer's idle
+"row per statement"; "batch 1"/"batch 512": other transaction sizes; with ``--options``, "automerge N",
+"pgsz N": other FTS5 options over the host's, "wal_autocheckpoint", "page_size": other settings of the
+file, whose floor is not measured again: their CPU column holds the non-index tables' share too); then the writer's idle
 merges (``upkeep_step`` until none is left), then ``search.sessions`` (limit 20,
 3 snippets) for the 3-char, 8-char, CJK and no-hit queries of
 ``scripts/bench_search.py`` drawn from this corpus, and a scan of every text
@@ -107,7 +108,11 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("detail=none, row per statement", _fts("content='', detail=none,\n  "), one_statement=False),
     Variant("detail=full, batch 1", _fts("content='',\n  "), batch=1),
     Variant("detail=full, batch 512", _fts("content='',\n  "), batch=512),
-    # Same layout, other FTS5 merge/page options and connection settings (content and answers unchanged):
+)
+
+OPTION_VARIANTS: tuple[Variant, ...] = (
+    # The v22 layout with other FTS5 merge/page options and file settings (content and answers unchanged);
+    # run with --options (scripts/bench leaves them out):
     Variant("detail=full, automerge 4 (FTS5 default)", _fts("content='',\n  "), fts_config=(("automerge", 4),)),
     Variant("detail=full, automerge 16", _fts("content='',\n  "), fts_config=(("automerge", 16),)),
     Variant("detail=full, automerge 0 (crisismerge only)", _fts("content='',\n  "), fts_config=(("automerge", 0),)),
@@ -311,7 +316,7 @@ def search_variant(corpus: Corpus, db_path: Path, queries: dict[str, list[str]],
 
 def run(*, messages: int = 50_000, sessions: int = 1, queries: int = 20, reps: int = 3, brute_queries: int = 5,
         seed: int = 7, out: Path | None = None, only: Sequence[str] = (), corpus_kind: str = "zipf",
-        ) -> dict[str, Any]:
+        options: bool = False) -> dict[str, Any]:
     out_dir = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="bench-index-variants-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -321,7 +326,7 @@ def run(*, messages: int = 50_000, sessions: int = 1, queries: int = 20, reps: i
     rows: list[dict[str, Any]] = []
     floor_cpu: dict[bool, float] = {}  # per way of inserting
     db_path = out_dir / "variant.sqlite"
-    for variant in VARIANTS:
+    for variant in VARIANTS + (OPTION_VARIANTS if options else ()):
         if only and variant.fts_sql is not None and not any(o in variant.name for o in only):
             continue
         built = build_variant(variant, corpus, db_path)
@@ -407,12 +412,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--corpus", choices=("zipf", "history"), default="zipf",
                     help="zipf: a 30,000-word Zipf vocabulary with code and CJK; history: bench_common.Corpus, "
                          "the messages of the history and append sections")
+    ap.add_argument("--options", action="store_true",
+                    help="also the v22 layout with other FTS5 options (automerge, pgsz) and file settings")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     print(HEADER, flush=True)
     result = run(messages=args.messages, sessions=args.sessions, queries=args.queries, reps=args.reps,
                  brute_queries=args.brute_queries, seed=args.seed, out=args.out,
-                 only=[o for o in args.only.split(",") if o], corpus_kind=args.corpus)
+                 only=[o for o in args.only.split(",") if o], corpus_kind=args.corpus, options=args.options)
     print()
     print(table(result))
     return result
