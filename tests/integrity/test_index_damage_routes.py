@@ -393,8 +393,8 @@ async def test_a_schema_row_named_with_bytes_that_are_not_utf8_under_a_serving_h
         tmp_path: Path, method: str) -> None:
     """The same damage under a serving host (the schema cookie moved on, so its connections read the schema
     again): a read (the read pool) and a write (the DB writer) that meet it answer CORRUPT_DATA or see their
-    connection closed while the host restarts on a rebuilt index; never INTERNAL, nor an IO_ERROR that
-    leaves the damaged file in place."""
+    connection closed (or SHUTTING_DOWN) while the host restarts on a rebuilt index; never INTERNAL, nor an
+    IO_ERROR that leaves the damaged file in place."""
     data = tmp_path / "data"
     data.mkdir()
     h = Host(data)
@@ -406,7 +406,9 @@ async def test_a_schema_row_named_with_bytes_that_are_not_utf8_under_a_serving_h
         params = {"query": "needle"} if method == "search.query" else {"key": "a", "value": 1}
         with pytest.raises(RpcError) as met:
             await h.call("agent", method, params)
-        assert met.value.data_code in ("CORRUPT_DATA", "CLOSED"), met.value
+        # SHUTTING_DOWN: the request came while the host was already restarting (another path met the damage
+        # first, e.g. its search upkeep on a loaded machine); retriable, as CLOSED is
+        assert met.value.data_code in ("CORRUPT_DATA", "CLOSED", "SHUTTING_DOWN"), met.value
         got = await h.call("agent", "session.get", {"sessionId": "s1", "full": True})
         assert [m["id"] for m in got["messages"]] == ["m0"]
     finally:
