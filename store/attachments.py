@@ -122,6 +122,8 @@ from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines
 __all__ = [
     "BLOB_KINDS",
     "BlobMeta",
+    "BlobStream",
+    "blob_refs",
     "DEFAULT_BUDGET_BYTES",
     "DEFAULT_GRACE_MS",
     "REF_ORIGINS",
@@ -269,6 +271,11 @@ class AttachmentFiles:
             os.close(sfd)
         return sha, size
 
+    def stream(self) -> BlobStream:
+        """A blob written in parts (an import's carried bytes, :class:`BlobStream`)."""
+        self.owed.pay()  # as in put_bytes
+        return BlobStream(self)
+
     def meta_path(self, sha: str) -> Path:
         return self.directory / f"{validate_sha(sha)}{META_SUFFIX}"
 
@@ -323,6 +330,10 @@ class AttachmentFiles:
     def exists(self, sha: str) -> bool:
         return self.path(sha).is_file()
 
+    def present(self, sha: str, size: int) -> bool:
+        """The blob's bytes are here with that size (a second import of them writes nothing)."""
+        return self._present(sha, size)
+
     def blob_names(self) -> list[str]:
         """Names of the blob files present (temp files and others ignored)."""
         return sorted(n for n in os.listdir(self.directory) if _SHA_RE.fullmatch(n))
@@ -348,6 +359,67 @@ class AttachmentFiles:
         except OSError:
             self.owed.owe(self.directory, self.path(sha))
             raise
+
+
+class BlobStream:
+    """Bytes that arrive in parts (a session export's ``blob`` lines) and must hash to a name given beforehand:
+    written to a temp file as they come (never held whole), hashed on the way, and installed under the name only
+    when the digest is that name (:meth:`finish`); otherwise the temp file is removed and nothing is stored."""
+
+    def __init__(self, files: AttachmentFiles) -> None:
+        self._files = files
+        self._digest = hashlib.sha256()
+        self.size = 0
+        self._tmp: Path | None = None
+        self._fd = -1
+        try:
+            self._tmp, self._fd = files._temp()
+        except OSError as exc:
+            raise classify_os_error(exc, "store attachment") from exc
+
+    def write(self, data: bytes) -> None:
+        self._digest.update(data)
+        self.size += len(data)
+        try:
+            write_all(self._fd, data)
+        except OSError as exc:
+            self.abort()
+            raise classify_os_error(exc, "store attachment") from exc
+
+    def finish(self, sha: str) -> bool:
+        """Install the bytes as ``attachments/<sha>`` if they hash to ``sha`` (True); else remove them (False).
+        A blob already present is left as it is (content-addressed: nothing to write)."""
+        if self._digest.hexdigest() != sha:
+            self.abort()
+            return False
+        tmp, fd = self._tmp, self._fd
+        assert tmp is not None
+        self._tmp, self._fd = None, -1
+        try:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if self._files._present(sha, self.size):
+                _unlink_quietly(tmp)
+            else:
+                self._files._install(tmp, sha)
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            raise classify_os_error(exc, "store attachment") from exc
+        return True
+
+    def abort(self) -> None:
+        """Drop what was written (idempotent)."""
+        tmp, fd = self._tmp, self._fd
+        self._tmp, self._fd = None, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if tmp is not None:
+            _unlink_quietly(tmp)
 
 
 META_SUFFIX = ".meta"
@@ -932,6 +1004,13 @@ def _refs_in(value: Any, out: set[str], depth: int = 0) -> None:
     for item in items:
         if isinstance(item, (dict, list)):
             _refs_in(item, out, depth + 1)
+
+
+def blob_refs(value: Any) -> set[str]:
+    """The blobs (sha256) every ``ref: "attachments/<sha256>"`` inside ``value`` names."""
+    out: set[str] = set()
+    _refs_in(value, out)
+    return out
 
 
 def mark_evicted_blocks(conn: sqlite3.Connection, value: T) -> T:

@@ -88,6 +88,7 @@ __all__ = [
     "stray_restore_temps",
     "sweep_snapshot_temp_files",
     "unpublished_snapshots",
+    "well_formed",
     "wire_snapshot",
     "write_snapshot",
 ]
@@ -344,6 +345,12 @@ def _well_formed(meta: Mapping[str, Any]) -> bool:
             and isinstance(meta.get("path"), str) and type(meta.get("createdAt")) is int
             and meta.get("state") in ("recorded", "restored")
             and (intent is None or (isinstance(intent, dict) and type(intent.get("at")) is int)))
+
+
+def well_formed(meta: Mapping[str, Any]) -> bool:
+    """A snapshot's meta from elsewhere (an imported export) reads as :func:`new_meta` writes it."""
+    return (isinstance(meta.get("snapshotId"), str) and REVIEW_SNAPSHOT_ID_RE.fullmatch(meta["snapshotId"]) is not None
+            and _well_formed(meta))
 
 
 def _published_ids(session_dir: Path) -> list[str]:

@@ -16,6 +16,7 @@ its directory, fsync, hard link: never over an existing file).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -80,6 +81,7 @@ async def export(ctx: SessionContext, p: m.SessionExportParams, key: ReceiptKey 
     services = ctx.services
     values = await _secrets(ctx.read, services, p.include_secrets)
     options = _options(p, ctx.caller.plugin_id, values, services.get(BLOBS), ctx.now())
+    options = replace(options, review_dir=ctx.paths.review_changes)  # a JSONL export carries its snapshots
     sid, path = ctx.sid, ctx.paths.transcript
 
     def run(conn: Any) -> dict[str, Any]:

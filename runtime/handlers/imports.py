@@ -81,8 +81,9 @@ log = logging.getLogger("pi_host")
 class Imports:
     """The host's import state: one import at a time, and where imported sessions go."""
 
-    def __init__(self, sessions_dir: Path, attachments: AttachmentFiles | None, *, faults: Faults) -> None:
-        self.target = ImportTarget(sessions_dir, attachments, faults=faults)
+    def __init__(self, sessions_dir: Path, attachments: AttachmentFiles | None, *, faults: Faults,
+                 review_root: Path | None = None) -> None:
+        self.target = ImportTarget(sessions_dir, attachments, faults=faults, review_root=review_root)
         self.lock = trio.Lock()
 
 

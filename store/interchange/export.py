@@ -38,15 +38,21 @@ session's archived regenerate/edit branches (seed 003 §4.9) as the revisions
 file holds them: one ``revision`` (a branch stored in full) or
 ``revision_live`` (a reference to the live suffix) line per
 ``(rootUserId, revisionIndex)``, its newest line (:func:`archived_lines`),
-and one ``turn`` line per ended turn (its status, model, token counts, cost
-and usage report: what ``usage.*`` sums). An older reader counts the last two
-kinds as unknown line kinds and skips them. It imports back with the
-``pi-host`` importer. Rendering of Markdown and HTML lives in
+one ``turn`` line per ended turn (its status, model, token counts, cost
+and usage report: what ``usage.*`` sums), then the bytes it carries
+(:func:`write_carried`): ``blob`` lines with the bytes of every attachment its
+blocks (archived branches' included) refer to, a part of :data:`BLOB_CHUNK`
+bytes each (one ``evicted`` line for a blob this host no longer holds), and one
+``review_snapshot`` line per review snapshot of the session. An older reader
+counts the new kinds as unknown line kinds and skips them. It imports back with
+the ``pi-host`` importer (:mod:`store.interchange.importers.carried` verifies
+and stores the bytes). Rendering of Markdown and HTML lives in
 :mod:`store.interchange.export_render`.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import re
@@ -59,7 +65,8 @@ from typing import Any, BinaryIO, TypeVar
 
 import orjson
 
-from store.attachments import AttachmentFiles, mark_evicted_blocks
+from store import review
+from store.attachments import AttachmentFiles, blob_refs, blob_row, mark_evicted_blocks
 from store.config.secrets import SecretStore, list_meta
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
 from store.fsutil import fsync_dir, open_nofollow
@@ -76,6 +83,7 @@ T = TypeVar("T")
 
 __all__ = [
     "FORMATS",
+    "Carried",
     "InlineBuffer",
     "export_to_new_file",
     "ExportOptions",
@@ -113,6 +121,8 @@ class ExportOptions:
     """HTML only: image bytes to inline as data: URIs (never a network fetch)."""
     max_inline_image_bytes: int = 2 * 1024 * 1024
     exported_at_ms: int = 0
+    review_dir: Path | None = None
+    """JSONL: the session's ``review-changes/<sessionId>/``, whose snapshots the export carries."""
 
 
 @dataclass
@@ -125,6 +135,13 @@ class ExportReport:
     thinking_omitted: int = 0
     bytes: int = 0
     unreadable_lines: int = 0
+    blobs: int = 0
+    """JSONL: attachment blobs whose bytes the export carries (``blob`` lines)."""
+    blobs_evicted: int = 0
+    """JSONL: referenced blobs this host no longer holds, exported as evicted."""
+    review_snapshots: int = 0
+    review_unreadable: int = 0
+    """JSONL: review snapshots left out because their ``meta.json`` or ``before`` bytes no longer read back."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": self.format, "messages": self.messages, "compactions": self.compactions,
@@ -132,7 +149,16 @@ class ExportReport:
                                "thinkingOmitted": self.thinking_omitted, "bytes": self.bytes}
         if self.unreadable_lines:
             out["unreadableLines"] = self.unreadable_lines
+        out.update(_carried_counts(self))
         return out
+
+
+def _carried_counts(report: ExportReport) -> dict[str, int]:
+    """The JSONL export's carried bytes, keys left out when zero (``blobs``, ``blobsEvicted``,
+    ``reviewSnapshots``, ``reviewUnreadable``)."""
+    counts = {"blobs": report.blobs, "blobsEvicted": report.blobs_evicted,
+              "reviewSnapshots": report.review_snapshots, "reviewUnreadable": report.review_unreadable}
+    return {key: value for key, value in counts.items() if value}
 
 
 def secret_values(conn: sqlite3.Connection, store: SecretStore) -> tuple[str, ...]:
@@ -479,21 +505,22 @@ def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, 
                                            (session_id,)).fetchone()[0]
     orphans = view.checkpoints.pop("", [])
     revisions = transcript.with_name(f"{session_id}{REVISIONS_SUFFIX}")
+    carried = Carried(conn, options.attachments, options.review_dir) if options.format == "jsonl" else None
     report = export_records(session, view.records(), orphans, view.environments(), out, options,
-                            archived=archived_lines(revisions, view), turns=view.turns())
+                            archived=archived_lines(revisions, view), turns=view.turns(), carried=carried)
     report.unreadable_lines = view.unreadable
     return report
 
 
 def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]],
                    orphan_checkpoints: Iterable[Mapping[str, Any]], environments: Iterable[Mapping[str, Any]],
-                   out: BinaryIO, options: ExportOptions,
-                   archived: Iterable[Mapping[str, Any]] = (),
-                   turns: Iterable[Mapping[str, Any]] = ()) -> ExportReport:
+                   out: BinaryIO, options: ExportOptions, archived: Iterable[Mapping[str, Any]] = (),
+                   turns: Iterable[Mapping[str, Any]] = (), *, carried: Carried | None = None) -> ExportReport:
     """The export of any session view: its summary, (message, the checkpoints after it) in order,
     checkpoints without a boundary, then run environments (a native pi session has none), then (JSONL
     only) the archived branches ``archived`` yields (:func:`archived_lines`) and the turns ``turns`` yields
-    (``SessionView.turns``)."""
+    (``SessionView.turns``); a JSONL export given ``carried`` ends with the bytes its blocks (the archived
+    branches' included) refer to and the session's review snapshots (:func:`write_carried`)."""
     _check_format(options)
     report = ExportReport(options.format)
     redactor = Redactor(options.secret_values, enabled=not options.include_secrets)
@@ -503,28 +530,133 @@ def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str,
         from store.interchange.export_render import HtmlWriter, MarkdownWriter
 
         writer = (MarkdownWriter if options.format == "md" else HtmlWriter)(out, options)
+    shas: set[str] = set()  # the blobs the exported lines refer to (a JSONL export with ``carried``)
+    carry = carried is not None and options.format == "jsonl"
     writer.begin(redactor.value(dict(session)))
     for cp in orphan_checkpoints:
-        writer.checkpoint(prepare_checkpoint(cp, options, redactor, report))
+        writer.checkpoint(_referring(prepare_checkpoint(cp, options, redactor, report), shas, carry))
         report.compactions += 1
     for record, checkpoints in records:
-        writer.message(prepare_record(record, options, redactor, report))
+        writer.message(_referring(prepare_record(record, options, redactor, report), shas, carry))
         report.messages += 1
         for cp in checkpoints:
-            writer.checkpoint(prepare_checkpoint(cp, options, redactor, report))
+            writer.checkpoint(_referring(prepare_checkpoint(cp, options, redactor, report), shas, carry))
             report.compactions += 1
     for env in environments:
         writer.environment(redactor.value(env))
         report.environments += 1
     if options.format == "jsonl":
         for branch in archived:
-            writer.revision(prepare_revision(branch, options, redactor, report))
+            line = prepare_revision(branch, options, redactor, report)
+            for m in line.get("messages") or ():
+                _referring(m, shas, carry)
+            writer.revision(line)
         for turn in turns:
             writer.turn(redactor.value(turn))
+    if carry:
+        assert carried is not None
+        write_carried(writer, carried, shas, report)
     writer.end()
     report.redactions = redactor.count
     report.bytes = writer.written
     return report
+
+
+# --------------------------------------------------------------------------- the bytes a JSONL export carries
+
+BLOB_CHUNK = 192 * 1024
+"""Bytes of a blob per ``blob`` line (256 KiB of base64): a blob of any size is read and written a part at a
+time, never held whole, and each line stays far below an importer's line limit."""
+
+
+@dataclass(frozen=True)
+class Carried:
+    """Where a JSONL export reads the bytes it carries: the blob rows, the attachment store and the session's
+    review snapshots (``review-changes/<sessionId>/``)."""
+
+    conn: sqlite3.Connection
+    files: AttachmentFiles | None
+    review_dir: Path | None
+
+
+def _referring(record: dict[str, Any], shas: set[str], carry: bool) -> dict[str, Any]:
+    """``record``, the blobs its blocks refer to added to ``shas`` (when the export carries them)."""
+    if carry:
+        shas.update(blob_refs(record))
+    return record
+
+
+def write_carried(writer: _JsonlWriter, source: Carried, shas: Iterable[str], report: ExportReport) -> None:
+    """The ``blob`` lines of every blob in ``shas`` (sorted, each once), then one ``review_snapshot`` line per
+    published snapshot of the session (protocol/README.md §9)."""
+    if source.files is not None:  # without the store (an offline export) the bytes are not known: no lines
+        for sha in sorted(shas):
+            _write_blob(writer, source, source.files, sha, report)
+    if source.review_dir is not None:
+        _write_reviews(writer, source.review_dir, report)
+
+
+def _write_blob(writer: _JsonlWriter, source: Carried, files: AttachmentFiles, sha: str,
+                report: ExportReport) -> None:
+    """One blob as ``blob`` lines of :data:`BLOB_CHUNK` bytes each (``offset``, ``data`` in base64, ``size`` the
+    whole; the first also names its ``mimeType`` and ``kind``); a blob this host evicted or lost is one line
+    ``{"evicted": true}``: its bytes are not here to carry, and the copy says so as this host does."""
+    row = blob_row(source.conn, sha)
+    fd: int | None = None
+    if row is None or row["deletionState"] == "live":
+        try:
+            fd = open_nofollow(files.path(sha), os.O_RDONLY)
+        except FileNotFoundError:
+            fd = None
+        except OSError as exc:
+            raise classify_os_error(exc, f"read attachment {sha}") from exc
+    if fd is None:
+        writer.carry({"type": "blob", "sha256": sha, "evicted": True})
+        report.blobs_evicted += 1
+        return
+    try:
+        size = os.fstat(fd).st_size
+        first: dict[str, Any] = {}
+        for key in ("mimeType", "kind"):
+            if row is not None and isinstance(row.get(key), str):
+                first[key] = row[key]
+        offset = 0
+        while True:
+            chunk = os.read(fd, BLOB_CHUNK)
+            if not chunk and offset > 0:  # shorter than it was (an outside edit): the copy refuses the parts
+                break
+            writer.carry({"type": "blob", "sha256": sha, "size": size, **(first if offset == 0 else {}),
+                          "offset": offset, "data": base64.b64encode(chunk).decode("ascii")})
+            offset += len(chunk)
+            if offset >= size or not chunk:
+                break
+    except OSError as exc:
+        raise classify_os_error(exc, f"read attachment {sha}") from exc
+    finally:
+        os.close(fd)
+    report.blobs += 1
+
+
+REVIEW_LEFT_OUT = frozenset({"receipt", "restore"})
+"""``meta.json`` fields that are this host's own (a call's receipt, a restore's intent): not exported."""
+
+
+def _write_reviews(writer: _JsonlWriter, directory: Path, report: ExportReport) -> None:
+    """One ``review_snapshot`` line per published snapshot (oldest first): its ``snapshot`` (the ``meta.json``
+    without :data:`REVIEW_LEFT_OUT`) and its ``before`` bytes in base64 (null when the tool created the file),
+    checked against their hash first; a snapshot that no longer reads back is left out and counted."""
+    listing = review.list_snapshots(directory)
+    report.review_unreadable += len(listing.unreadable)
+    for meta in listing.items:
+        try:
+            before = review.read_before(directory, meta)
+        except CorruptData:
+            report.review_unreadable += 1
+            continue
+        writer.carry({"type": "review_snapshot",
+                      "snapshot": {k: v for k, v in meta.items() if k not in REVIEW_LEFT_OUT},
+                      "beforeBase64": None if before is None else base64.b64encode(before).decode("ascii")})
+        report.review_snapshots += 1
 
 
 def _check_format(options: ExportOptions) -> None:
@@ -627,6 +759,10 @@ class _JsonlWriter:
 
     def turn(self, record: Mapping[str, Any]) -> None:
         self._line(record)
+
+    def carry(self, line: Mapping[str, Any]) -> None:
+        """A ``blob`` or ``review_snapshot`` line (:func:`write_carried`)."""
+        self._line(line)
 
     def end(self) -> None:
         return None

@@ -215,6 +215,8 @@ class ImportTarget:
     attachments: AttachmentFiles | None = None
     limits: ImportLimits = DEFAULT_LIMITS
     faults: Faults = field(default_factory=lambda: NO_FAULTS)
+    review_root: Path | None = None
+    """``review-changes/``: where a pi-host export's review snapshots go (None: verified, not stored)."""
 
     def transcript(self, session_id: str) -> Path:
         return self.sessions_dir / f"{validate_session_id(session_id)}.jsonl"
@@ -243,6 +245,10 @@ class StagedImport:
     file_end: int = 0
     """Length of the published transcript (a new one ends with its session_info line)."""
     blobs: list[tuple[BlobRef, str]] = field(default_factory=list)
+    carried_blobs: list[BlobRef] = field(default_factory=list)
+    """Blobs a pi-host export carried, verified and stored (:mod:`store.interchange.importers.carried`)."""
+    lost_blobs: list[str] = field(default_factory=list)
+    """Blobs the written blocks refer to whose bytes are neither carried nor here: recorded evicted."""
     earlier: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Per source file: ``[consumed, sha256]`` of what earlier imports read from it, each a strict byte prefix of
     what this one read (the origin's ``files.<path>.earlier``; see ``store.interchange.imports.earlier_states``)."""
@@ -484,6 +490,7 @@ def stage(
     import_receipt: Mapping[str, Any] | None = None,
     prior: Mapping[str, Any] | None = None,
     consumed_before: Mapping[str, int] | None = None,
+    blob_budget: int = attachments.DEFAULT_BUDGET_BYTES,
 ) -> StagedImport:
     """Parse ``unit`` and write what must be written to a temp file (see the module doc).
 
@@ -496,9 +503,13 @@ def stage(
     :class:`StoreError` for I/O. ``import_receipt``: a keyed request's receipt record, ``prior``: the answer
     it recorded for this session before (see :func:`answer_of`). ``consumed_before``: per source file, the
     offset the last import consumed to, whose prefix digest the parse keeps (:attr:`ParseContext.consumed_before`).
+    ``blob_budget``: the attachment budget, the largest blob a pi-host export may carry in.
     """
-    sink = BlobSink(target.attachments.put_bytes_kept if target.attachments is not None and not dry_run else None)
-    parsed = parse(unit, ParseContext(target.limits, sink, consumed_before or {}))
+    sink = BlobSink(target.attachments.put_bytes_kept if target.attachments is not None and not dry_run else None,
+                    files=target.attachments if not dry_run else None, max_carried_bytes=blob_budget)
+    reviews = target.review_root / validate_session_id(unit.session_id) \
+        if target.review_root is not None and not dry_run else None
+    parsed = parse(unit, ParseContext(target.limits, sink, consumed_before or {}, review_dir=reviews))
     return stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
                         created_ms=created_ms, known_ids=known_ids, known_compactions=known_compactions,
                         import_receipt=import_receipt, prior=prior)
@@ -585,6 +596,7 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
         staged.file_end = out.length if kind == "new" else staged.pre_length + out.length
         staged.identity = out.close(sync=kind == "new")
         staged.blobs = list(sink.stored)
+        staged.carried_blobs, staged.lost_blobs = list(sink.carried), sorted(sink.lost)
         ok = True
     except OSError as exc:
         raise classify_os_error(exc, f"stage import of {sid}") from exc
@@ -1370,6 +1382,7 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
         if not staged.report.older_copy:  # an older copy names the session as it was then
             _follow_title(conn, sid, row.get("title"), meta.title)
     model: tuple[str | None, str] | None = None
+    record_carried_blobs(conn, staged, now_ms)  # before the lines: their blocks' references find the rows
     if staged.body_end > staged.body_start:
         for end, msgs, comps, tombs in _index_lines(staged, DEFAULT_LIMITS):
             index.index_messages(conn, sid, msgs, indexed_len=end, file_epoch=staged.epoch, now_ms=now_ms,
@@ -1410,6 +1423,20 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
         attachments.record_blob(conn, blob.sha256, blob.size, blob.mime_type, now_ms)
         attachments.record_ref(conn, blob.sha256, sid, message_id, now_ms)
     write_origin(conn, staged, now_ms=now_ms)
+
+
+def record_carried_blobs(conn: sqlite3.Connection, staged: StagedImport, now_ms: int) -> None:
+    """The rows of the blobs a pi-host export carried (live: their bytes are stored), and a tombstone
+    (``evicted``, size unknown: 0, as ``store.upgrade.attachment_adopt.mark_lost_blobs`` gives one) for each
+    blob the written blocks refer to that is neither carried nor here: indexing the lines then records their
+    references (``attachments.record_block_refs``), marked for the lost ones, so the copy's blocks say
+    ``evicted`` at once, as a rebuilt index would."""
+    for blob in staged.carried_blobs:
+        attachments.record_blob(conn, blob.sha256, blob.size, blob.mime_type, now_ms)
+    for sha in staged.lost_blobs:
+        conn.execute("INSERT OR IGNORE INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, "
+                     "last_used_at, deletion_state, evicted_at) VALUES (?, 0, NULL, ?, ?, 'evicted', ?)",
+                     (sha, now_ms, now_ms, now_ms))
 
 
 def record_usage(conn: sqlite3.Connection, sid: str,

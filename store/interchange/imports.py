@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from store import receipts
+from store import attachments, receipts
 from store.errors import StoreError
 from store.fsutil import open_nofollow
 from store.indexing import index, reconcile
@@ -468,7 +468,7 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
                        known_ids=known_ids if row is not None else None,
                        known_compactions=known_compactions if row is not None else None,
                        import_receipt=receipts.file_record(receipt) if receipt is not None else None, prior=prior,
-                       consumed_before=marks)
+                       consumed_before=marks, blob_budget=attachments.budget_bytes(conn))
     except Refused as exc:
         return PreparedImport(exc.report if exc.report is not None else report.refuse(exc.code, exc.message))
     except OSError as exc:

@@ -395,9 +395,6 @@ async def test_search_finds_the_same_messages_and_never_thinking(tmp_path: Path)
     assert rt.two["search"]["pelican-tool-output"] == ["t1"]
 
 
-@pytest.mark.xfail(strict=True, reason="LOSS: attachment bytes are not in the JSONL export (only their "
-                   "attachments/<sha256> refs), so on a fresh host the image and the file are NOT_FOUND "
-                   "(the copy's blocks do not even say evicted until its index is rebuilt)")
 async def test_attachment_bytes_come_over(tmp_path: Path) -> None:
     """Seed 003 §2 "attachments/ # content-addressed blobs (sha256 name), refs from messages"; seed 000 §2.3
     "Attachments record kind, MIME type, Blob bytes". A person's picture must be on the second machine."""
@@ -439,8 +436,6 @@ async def test_thinking_is_left_out_unless_asked_and_then_the_copy_has_none(tmp_
     assert [m["id"] for m in rt.two["messages"]] == [m["id"] for m in rt.one["messages"] if not m.get("deleted")]
 
 
-@pytest.mark.xfail(strict=True, reason="LOSS: review snapshots (review-changes/<sid>/, seed 003 §2.0) are not "
-                   "exported: the card's details.review comes over, review.list on host 2 is empty")
 async def test_review_snapshots_come_over(tmp_path: Path) -> None:
     """Seed 003 §2.0 "The transcript JSONL is the durable index for the visible card; the previous bytes and
     hashes live outside the workspace in review-changes/<sessionId>/<snapshotId>/"."""
@@ -681,18 +676,24 @@ async def test_a_torn_or_damaged_export_file_imports_every_whole_line(tmp_path: 
             ids = [json.loads(ln)["id"] for ln in lines if json.loads(ln)["type"] == "message"]
             torn = tmp_path / "torn" / "rich.jsonl"
             torn.parent.mkdir()
-            last = max(i for i, ln in enumerate(lines) if json.loads(ln)["type"] == "message")  # archived
-            torn.write_bytes(b"".join(lines[:last]) + lines[last][: len(lines[last]) // 2])  # branches follow it
+            # torn inside the last message line: what follows it (archived branches, turns, the attachment and
+            # review bytes the export carries) has not arrived either
+            last = max(i for i, ln in enumerate(lines) if json.loads(ln)["type"] == "message")
+            torn.write_bytes(b"".join(lines[:last]) + lines[last][: len(lines[last]) // 2])
             report = await import_file(c2, torn)
             [s] = report["sessions"]
             assert s["files"][0]["tornTailBytes"] == len(lines[last]) // 2
             got = await c2.call("session.get", {"sessionId": s["sessionId"], "full": True})
             assert [local(m["id"], s["sessionId"]) for m in got["messages"]] == ids[:-1]
+            shown_blocks = [b for m in got["messages"] for b in m["blocks"] if b["type"] == "attachment"]
+            assert len(shown_blocks) == 2 and all(b.get("evicted") for b in shown_blocks)  # no bytes yet: says so
             torn.write_bytes(whole)  # the rest arrives (a copy finished)
             report = await import_file(c2, torn)
             assert report["sessions"][0]["status"] == "updated"
             got = await c2.call("session.get", {"sessionId": s["sessionId"], "full": True})
             assert [local(m["id"], s["sessionId"]) for m in got["messages"]] == ids
+            shown_blocks = [b for m in got["messages"] for b in m["blocks"] if b["type"] == "attachment"]
+            assert len(shown_blocks) == 2 and not any(b.get("evicted") for b in shown_blocks)  # the bytes came
             damaged = tmp_path / "damaged" / "rich.jsonl"
             damaged.parent.mkdir()
             victim = next(i for i, ln in enumerate(lines) if b'"id":"u2"' in ln)

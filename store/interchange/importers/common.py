@@ -39,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from store.attachments import DEFAULT_BUDGET_BYTES, AttachmentFiles
 from store.interchange.importers.reader import (
     Line,
     LineReader,
@@ -278,10 +279,19 @@ class BlobRef:
 class BlobSink:
     """Where images found in a source go. The default only hashes (pure parse, dry run)."""
 
-    def __init__(self, put: Callable[[bytes, str], tuple[str, int]] | None = None) -> None:
+    def __init__(self, put: Callable[[bytes, str], tuple[str, int]] | None = None, *,
+                 files: AttachmentFiles | None = None, max_carried_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self._put = put
         self.stored: list[tuple[BlobRef, str]] = []
         """(blob, message id) for every image written, for the attachment_refs rows."""
+        self.files = files
+        """Where a pi-host export's carried ``blob`` lines are written (None: verified only)."""
+        self.max_carried_bytes = max_carried_bytes
+        """The largest carried blob stored: the attachment budget (as ``attachments.importFile``)."""
+        self.carried: list[BlobRef] = []
+        """Carried blobs verified and stored (their references come from the indexed blocks)."""
+        self.lost: set[str] = set()
+        """Blobs the imported blocks refer to whose bytes are neither carried nor here: the copy says evicted."""
 
     def add(self, data: bytes, mime_type: str, message_id: str) -> BlobRef:
         if self._put is not None:
@@ -301,6 +311,10 @@ class ParseContext:
     """A re-import's: per source file, the offset the last import consumed to. The reader whose digest
     reports the file is given it as its ``mark`` (:meth:`mark`), so the file's earlier state is known from
     the parse's own read (``store.interchange.imports.earlier_states``)."""
+
+    review_dir: Path | None = None
+    """The session's ``review-changes/<sessionId>/``, where a pi-host export's ``review_snapshot`` lines are
+    written (None: verified only: a pure parse, a dry run)."""
 
     def mark(self, path: Path) -> int | None:
         return self.consumed_before.get(str(path))

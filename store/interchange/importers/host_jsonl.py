@@ -16,7 +16,9 @@ messages' (a root's ``meta.revisionRootId`` too), for the import to write under 
 revisions file; its ``turn`` lines (the first host's usage, seed 003 §4.6) become the copy's turn rows, ids
 namespaced the same way. An export without them (an older one) has none. Tombstone lines
 and unknown line kinds (an export's ``environment`` lines among them) are
-counted and skipped.
+counted and skipped. An export's ``blob`` and ``review_snapshot`` lines (the attachment bytes and review
+snapshots it carries) are verified and stored by :mod:`store.interchange.importers.carried`; the
+``"evicted": true`` an export put on a block is dropped (the copy marks its blocks from what it holds).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from store.interchange.importers.carried import CARRIED, CarriedLines
 from store.interchange.importers.common import (
     Archived,
     Emitter,
@@ -86,9 +89,19 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
     emitter = Emitter(ctx.limits, report)
     reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk,
                         mark=ctx.mark(path))
-    header_seen = False
     seen: set[str] = set()
     hidden = _tombstoned(path, ctx)
+    carried = CarriedLines(ctx, sid, report)
+    try:
+        yield from _lines(path, reader, file, emitter, carried, hidden, seen, sid, meta, report, ctx, archived, turns)
+    finally:
+        carried.abort()
+
+
+def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, carried: CarriedLines,
+           hidden: frozenset[str], seen: set[str], sid: str, meta: SessionMeta, report: SessionReport,
+           ctx: ParseContext, archived: Archived, turns: dict[str, dict[str, Any]]) -> Iterator[Slot]:
+    header_seen = False
     for line in reader:
         file.lines += 1
         if line.data is None:
@@ -121,12 +134,14 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
                 if active is not None:
                     archived.active[family_of(out)] = active
             _tally_tools(report, out)
+            carried.referenced(_unmarked(out))
             emitter.push(out, replacement=replacement)
         elif kind == "compaction":
             out = _compaction(rec, sid)
             if out is None:
                 report.compactions_dropped += 1
                 continue
+            carried.referenced(_unmarked(out))
             emitter.push(out)
         elif kind == "session_info":
             meta.offer_title(rec.get("title"), 0, replace=True)
@@ -145,6 +160,8 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
             if branch is None:
                 file.unknown[f"{kind}(invalid)"] += 1
             else:
+                for message in branch.get("messages") or ():
+                    carried.referenced(_unmarked(message))  # its blobs come over too (the export carries them)
                 archived.branches.append(branch)
         elif kind == "turn":
             turn = _turn(rec, sid)
@@ -154,6 +171,8 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
                 turns[turn["id"]] = turn
             else:
                 file.skipped["turn(over limit)"] += 1
+        elif kind in CARRIED:
+            carried.line(rec)
         elif kind in SKIPPED:
             file.skipped[str(kind)] += 1
         else:
@@ -161,8 +180,28 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
         yield from emitter.ready()
     if not header_seen:
         raise Refused("NOT_A_SESSION_FILE", f"{path} has no pi-host session header")
+    carried.close()
     yield from emitter.finish()
     file_report(reader, file)
+
+
+def _unmarked(value: Any, depth: int = 0) -> Any:
+    """``value`` without the ``"evicted": true`` an export's read projection put on a block whose blob the
+    exporting host no longer held (in place): the copy marks its own blocks from what it holds (a blob it
+    lacks is recorded evicted, ``store.interchange.importers.carried``), and a later re-put clears that."""
+    if depth > 64:
+        return value
+    if isinstance(value, dict):
+        if value.get("evicted") is True and isinstance(value.get("ref"), str):
+            del value["evicted"]
+        for item in value.values():
+            if isinstance(item, (dict, list)):
+                _unmarked(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list)):
+                _unmarked(item, depth + 1)
+    return value
 
 
 def _history(info: Mapping[str, Any], meta: SessionMeta) -> None:
