@@ -216,6 +216,14 @@ def expected(tool: str, lines: list[bytes]) -> Expected:
     if tool in ("pi", "pi-host"):  # the last line of an id is the entry (pi's loader, the transcript rule)
         last = {o["id"]: n for n, o in enumerate(objs) if o.get("type") == "message" and isinstance(o.get("id"), str)}
         objs = [o for n, o in enumerate(objs) if not isinstance(o.get("id"), str) or last.get(o["id"], n) == n]
+    if tool == "claude-code":  # a uuid written again (same type): the last line is the message (Claude Code's
+        # loader keeps one entry per uuid, the last set; the importer's rule, claude_code.py "rewritten uuid")
+        def key(o: dict[str, Any]) -> tuple[str, str] | None:
+            kind, uuid = o.get("type"), o.get("uuid")
+            return (kind, uuid) if kind in ("user", "assistant", "system") and isinstance(uuid, str) and uuid \
+                else None
+        newest = {k: n for n, o in enumerate(objs) if (k := key(o)) is not None}
+        objs = [o for n, o in enumerate(objs) if (k := key(o)) is None or newest[k] == n]
     for obj in objs:
         for slot in SLOTS[tool](obj):
             if slot.kind == "text":
