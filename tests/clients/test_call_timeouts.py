@@ -14,28 +14,23 @@ import math
 import os
 import signal
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
 import pytest
 
 from pihost_client import CallTimeout, HostUnavailable, RpcError
-from tests.clients.test_client_holds_up import BACKENDS, Host, fast, run, text_message
+from tests.clients.test_client_holds_up import (
+    BACKENDS,
+    Host,
+    fast,
+    run,
+    text_message,
+)
 
 SLACK = 30
 """Each bounded wait below must end well within this (a hang is what the fix removes)."""
 
 
-@pytest.fixture
-def host(tmp_path: Path) -> Iterator[Host]:
-    h = Host(tmp_path / "data")
-    try:
-        yield h
-    finally:
-        if h.proc is not None and h.proc.proc.poll() is None:
-            os.kill(h.proc.proc.pid, signal.SIGCONT)  # a test that stopped it and failed
-        h.cleanup()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import random
+import signal
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -75,16 +76,10 @@ class Host:
 
     def cleanup(self) -> None:
         if self.proc is not None and self.proc.proc.poll() is None:
+            self.proc.proc.send_signal(signal.SIGCONT)  # a test that stopped it (SIGSTOP) and failed
             self.proc.kill9()
 
 
-@pytest.fixture
-def host(tmp_path: Path) -> Iterator[Host]:
-    h = Host(tmp_path / "data")
-    try:
-        yield h
-    finally:
-        h.cleanup()
 
 
 def run(backend: str, body: Callable[[], Awaitable[None]]) -> None:

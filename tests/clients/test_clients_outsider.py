@@ -33,8 +33,6 @@ import signal
 import socket
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -62,17 +60,6 @@ from tests.clients.test_client_holds_up import (
     text_message,
     valid,
 )
-
-
-@pytest.fixture
-def host(tmp_path: Path) -> Iterator[Host]:
-    h = Host(tmp_path / "data")
-    try:
-        yield h
-    finally:
-        if h.proc is not None and h.proc.proc.poll() is None:
-            h.proc.proc.send_signal(signal.SIGCONT)  # a test that stopped it and failed
-        h.cleanup()
 
 
 # -- receipts: a keyed write killed before its effect; a key reused for another request ---------------------------
