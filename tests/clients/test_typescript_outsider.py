@@ -66,6 +66,16 @@ def _ids(host: HostProcess, sid: str) -> list[str]:
     return anyio.run(read)
 
 
+def _end(node: Node, host: HostProcess, *, stopped: bool = False) -> None:
+    """Every test's end: the host continued if the test left it stopped (SIGSTOP), the Node harness stopped,
+    the host stopped and reaped."""
+    if stopped:
+        os.kill(host.proc.pid, signal.SIGCONT)
+    node.stop()
+    host.terminate()
+    host.proc.communicate()
+
+
 def test_an_aborted_call_ends_at_once_and_leaves_the_client_working(harness: Path, data_dir: Path) -> None:
     """clients/typescript/README.md: "Aborting ends the call's wait (for a connection, for its answer, between
     retries) at once: it rejects with the signal's `reason` (an `AbortError` by default), is not sent again, and an
@@ -126,11 +136,7 @@ def test_an_aborted_call_ends_at_once_and_leaves_the_client_working(harness: Pat
         node.run("close")
         assert node.proc.wait(timeout=10) == 0  # no timer or listener left behind
     finally:
-        if stopped:
-            os.kill(host.proc.pid, signal.SIGCONT)
-        node.stop()
-        host.terminate()
-        host.proc.communicate()
+        _end(node, host, stopped=stopped)
 
 
 def _event(message_id: str) -> Callable[[Line], bool]:
@@ -172,9 +178,7 @@ def test_callbacks_that_throw_end_neither_the_connection_nor_the_client(harness:
         node.run("close")
         assert node.proc.wait(timeout=10) == 0
     finally:
-        node.stop()
-        host.terminate()
-        host.proc.communicate()
+        _end(node, host)
 
 
 def test_a_keyed_write_killed_before_it_was_written_is_applied_once_with_its_first_answer(harness: Path,
@@ -210,9 +214,7 @@ def test_a_keyed_write_killed_before_it_was_written_is_applied_once_with_its_fir
         node.run("close")
         assert node.proc.wait(timeout=10) == 0
     finally:
-        node.stop()
-        host.terminate()
-        host.proc.communicate()
+        _end(node, host)
 
 
 def _timed(node: Node, tag: str, method: str, timeout_ms: int | None = None,
@@ -269,11 +271,7 @@ def test_a_call_to_a_frozen_host_times_out_saying_whether_it_may_have_taken_effe
         node.run("close")
         assert node.proc.wait(timeout=10) == 0  # no timer left behind
     finally:
-        if stopped:
-            os.kill(host.proc.pid, signal.SIGCONT)
-        node.stop()
-        host.terminate()
-        host.proc.communicate()
+        _end(node, host, stopped=stopped)
 
 
 def test_the_keepalive_ends_a_call_to_a_frozen_host_without_any_timeout(harness: Path, data_dir: Path) -> None:
@@ -302,11 +300,7 @@ def test_the_keepalive_ends_a_call_to_a_frozen_host_without_any_timeout(harness:
         node.run("close")
         assert node.proc.wait(timeout=10) == 0
     finally:
-        if stopped:
-            os.kill(host.proc.pid, signal.SIGCONT)
-        node.stop()
-        host.terminate()
-        host.proc.communicate()
+        _end(node, host, stopped=stopped)
 
 
 @pytest.mark.parametrize(("reply", "expect"), [
