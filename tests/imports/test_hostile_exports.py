@@ -1,0 +1,226 @@
+"""Hand-crafted hostile pi-host JSONL exports (protocol/README.md §9: ``blob``, ``review_snapshot``, ``revision``,
+``revision_live`` and ``turn`` lines) imported into a real host: a file a person received from anyone. Each
+import answers (a report, never INTERNAL, never a crash), stores nothing it should not (no blob whose bytes do
+not hash to its name, nothing outside the copy's own folders, no other session's rows changed) and leaves the
+host usable (the copy reads, a new session takes messages, a clean export imports after it)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from runtime.client import HostClient, RpcError
+from store import review
+from store.interchange.importers.common import session_id_for
+from tests.hostkit import client_for, inprocess_host, msg
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+PNG_SHA = hashlib.sha256(PNG).hexdigest()
+CREATED = "2026-04-01T10:00:00.000Z"
+SRC = "src-hostile"
+
+
+def h(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def header(sid: str = SRC) -> dict[str, Any]:
+    return {"type": "session", "schema": 1, "sessionId": sid, "createdAt": CREATED}
+
+
+def user(mid: str, text: str, *, sha: str | None = None, **extra: Any) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    if sha is not None:
+        blocks.append({"type": "attachment", "kind": "image", "name": "p.png", "ref": f"attachments/{sha}",
+                       "mimeType": "image/png", "size": len(PNG)})
+    return {"type": "message", "id": mid, "role": "user", "createdAt": CREATED, "blocks": blocks, **extra}
+
+
+def reply(mid: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "id": mid, "role": "assistant", "createdAt": CREATED,
+            "blocks": [{"type": "text", "text": text}]}
+
+
+def base(sid: str = SRC) -> list[dict[str, Any]]:
+    """A session whose first prompt carries the picture: header, two messages."""
+    return [header(sid), user("u1", "look at this heron", sha=PNG_SHA), reply("a1", "a fine heron")]
+
+
+def blob_lines(data: bytes, *, sha: str | None = None, part: int = 1 << 20) -> list[dict[str, Any]]:
+    sha = sha if sha is not None else h(data)
+    out = []
+    for off in range(0, max(len(data), 1), part):
+        line: dict[str, Any] = {"type": "blob", "sha256": sha, "size": len(data), "offset": off,
+                                "data": b64(data[off:off + part])}
+        if off == 0:
+            line |= {"mimeType": "image/png", "kind": "image"}
+        out.append(line)
+    return out
+
+
+def write(path: Path, lines: list[dict[str, Any] | bytes]) -> Path:
+    with open(path, "wb") as fh:
+        for ln in lines:
+            fh.write(ln if isinstance(ln, bytes) else orjson.dumps(ln) + b"\n")
+    return path
+
+
+@dataclass
+class Host:
+    root: Path
+    c: HostClient
+    tmp: Path
+
+    @property
+    def blobs(self) -> Path:
+        return self.root / "attachments"
+
+    def blob_names(self) -> list[str]:
+        return sorted(n for n in os.listdir(self.blobs) if len(n) == 64) if self.blobs.exists() else []
+
+    def stray_files(self) -> list[str]:
+        """Every file under the data dir's attachments that is neither a blob nor its meta (a temp left)."""
+        if not self.blobs.exists():
+            return []
+        return sorted(n for n in os.listdir(self.blobs) if len(n) != 64 and not n.endswith(".meta"))
+
+    async def load(self, lines: list[dict[str, Any] | bytes], name: str = "export.jsonl") -> dict[str, Any]:
+        path = write(self.tmp / name, lines)
+        result: dict[str, Any] = await self.c.call("import.sessions", {"source": "pi-host", "root": str(path)})
+        return result
+
+    async def one(self, lines: list[dict[str, Any] | bytes], name: str = "export.jsonl") -> dict[str, Any]:
+        """Import ``lines``; the one session report (asserting the import answered)."""
+        result = await self.load(lines, name)
+        [rep] = result["sessions"]
+        return rep  # type: ignore[no-any-return]
+
+    async def usable(self, sid: str | None = None) -> None:
+        """The host still serves: the copy reads, a new session takes a message, a clean export imports."""
+        if sid is not None:
+            got = await self.c.call("session.get", {"sessionId": sid, "full": True})
+            assert got["messages"], got
+            await self.c.call("session.listRevisions", {"sessionId": sid})
+            await self.c.call("usage.session", {"sessionId": sid})
+            await self.c.call("review.list", {"sessionId": sid})
+            await self.c.call("session.appendMessage", {"sessionId": sid, "message": msg("later", "still here")})
+        probe = f"probe-{os.urandom(4).hex()}"
+        await self.c.call("session.create", {"sessionId": probe, "title": "probe"})
+        await self.c.call("session.appendMessage", {"sessionId": probe, "message": msg("p1", "ping")})
+        clean = f"clean-{os.urandom(4).hex()}"
+        rep = await self.one([*base(clean), *blob_lines(PNG)], f"{clean}.jsonl")
+        assert rep["status"] == "new", rep
+
+
+@asynccontextmanager
+async def host(tmp_path: Path) -> AsyncIterator[Host]:
+    root = tmp_path / "data"
+    root.mkdir()
+    with trio.fail_after(120):
+        async with inprocess_host(root) as running, client_for(running) as c:
+            yield Host(root, c, tmp_path)
+
+
+def copy_id(src: str = SRC) -> str:
+    return session_id_for("pi-host", src)
+
+
+def skipped(rep: dict[str, Any]) -> dict[str, int]:
+    return rep.get("skippedBlocks") or {}
+
+
+# -- blob lines -----------------------------------------------------------------------------------------------
+
+
+async def test_a_blob_whose_parts_carry_other_bytes_than_its_name_is_never_stored(tmp_path: Path) -> None:
+    forged = bytearray(PNG)
+    forged[100] ^= 0xFF
+    async with host(tmp_path) as hst:
+        rep = await hst.one([*base(), *blob_lines(bytes(forged), sha=PNG_SHA, part=300)])
+        assert rep["status"] == "new" and skipped(rep) == {"blob(sha256 mismatch)": 1}, rep
+        assert hst.blob_names() == [] and hst.stray_files() == []
+        got = await hst.c.call("session.get", {"sessionId": copy_id(), "full": True})
+        [att] = [b for m in got["messages"] for b in m["blocks"] if b["type"] == "attachment"]
+        assert att.get("evicted") is True  # the copy says at once that the bytes are not here
+        await hst.usable(copy_id())
+        assert hst.blob_names() == [PNG_SHA]  # the clean export's bytes, verified
+
+
+async def test_a_blob_that_never_ends_is_dropped_without_a_temp_file(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        endless = {"type": "blob", "sha256": PNG_SHA, "size": 10 << 20, "offset": 0, "data": b64(PNG),
+                   "mimeType": "image/png"}
+        rep = await hst.one([*base(), endless])
+        assert rep["status"] == "new" and skipped(rep) == {"blob(truncated)": 1}, rep
+        # started again by another blob's first part, then the file ends in the middle of a part line
+        other = blob_lines(b"other bytes")
+        rep = await hst.one([*base("src-2"), user("u2", "second", sha=h(b"other bytes")), endless, *other,
+                             {**endless, "offset": 0}, b'{"type": "blob", "sha256": "' + PNG_SHA.encode()],
+                            "endless2.jsonl")
+        assert rep["status"] == "new" and skipped(rep)["blob(truncated)"] == 2, rep
+        assert hst.blob_names() == [h(b"other bytes")] and hst.stray_files() == []
+        await hst.usable(copy_id())
+
+
+async def test_ten_thousand_tiny_blob_lines_are_counted_and_stored_only_when_whole(tmp_path: Path) -> None:
+    data = os.urandom(10_000)
+    sha = h(data)
+    unreferenced = [{"type": "blob", "sha256": h(bytes([i % 256, i // 256])), "size": 2, "offset": 0,
+                     "data": b64(bytes([i % 256, i // 256]))} for i in range(10_000)]
+    repeated = [blob_lines(PNG)[0]] * 10_000  # the same blob over and over
+    async with host(tmp_path) as hst:
+        rep = await hst.one([*base(), user("u2", "bytes", sha=sha), *blob_lines(data, part=1), *repeated,
+                             *unreferenced])
+        assert rep["status"] == "new", rep
+        assert skipped(rep) == {"blob(unreferenced)": 10_000}, skipped(rep)
+        assert hst.blob_names() == sorted([sha, PNG_SHA]) and hst.stray_files() == []
+        assert (hst.blobs / sha).read_bytes() == data
+        await hst.usable(copy_id())
+
+
+async def test_a_blob_part_that_is_not_base64_or_over_its_size_is_dropped(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        bad = {**blob_lines(PNG)[0], "data": "not*base64!"}
+        rep = await hst.one([*base(), bad])
+        assert skipped(rep) == {"blob(bad base64)": 1}, rep
+        # more bytes than the blob's size (a part of 300 KiB for a blob said to be 10 bytes)
+        over = {**blob_lines(PNG)[0], "size": 10, "data": b64(os.urandom(300 << 10))}
+        rep = await hst.one([*base("src-2"), over], "over.jsonl")
+        assert skipped(rep) == {"blob(sha256 mismatch)": 1}, rep
+        # a size over the attachment budget: never stored, never even started
+        await hst.c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 100})
+        rep = await hst.one([*base("src-3"), *blob_lines(PNG)], "budget.jsonl")
+        assert skipped(rep) == {"blob(too large)": 1}, rep
+        assert hst.blob_names() == [] and hst.stray_files() == []
+        await hst.c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 200_000_000})
+        await hst.usable(copy_id())
+
+
+@pytest.mark.parametrize("name", ["../../x", "../../" + "a" * 58, PNG_SHA.upper(), PNG_SHA[:63], "a" * 63 + "/",
+                                  "/" + "a" * 63, PNG_SHA + "\n", ""])
+async def test_a_blob_whose_name_is_not_a_sha256_is_refused_and_writes_nowhere(tmp_path: Path, name: str) -> None:
+    async with host(tmp_path) as hst:
+        ref_sha = name if name.strip() else PNG_SHA
+        lines = [header(), user("u1", "look", sha=ref_sha), *blob_lines(PNG, sha=name)]
+        rep = await hst.one(lines)
+        assert rep["status"] in ("new", "refused"), rep
+        if rep["status"] == "new":
+            assert skipped(rep).get("blob(invalid)") == 1, rep
+        assert hst.blob_names() == [] and hst.stray_files() == []
+        assert not (tmp_path / "x").exists() and not (hst.root / "x").exists()
+        assert not any(p.name == "x" for p in tmp_path.rglob("x"))
+        await hst.usable()
