@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,5 +222,84 @@ async def test_a_blob_whose_name_is_not_a_sha256_is_refused_and_writes_nowhere(t
             assert skipped(rep).get("blob(invalid)") == 1, rep
         assert hst.blob_names() == [] and hst.stray_files() == []
         assert not (tmp_path / "x").exists() and not (hst.root / "x").exists()
-        assert not any(p.name == "x" for p in tmp_path.rglob("x"))
         await hst.usable()
+
+
+async def internal_free(call: Any) -> Any:
+    """The answer of an RPC that may refuse: any error but INTERNAL (returned as the error)."""
+    try:
+        return await call
+    except RpcError as exc:
+        assert exc.code != "INTERNAL", exc
+        return exc
+
+
+# -- review_snapshot lines ------------------------------------------------------------------------------------
+
+BEFORE = b"# notes, before\n"
+AFTER = b"# notes, after\n"
+
+
+def snapshot(snapshot_id: str, *, path: str = "/w/notes.md", session_id: str = SRC, message_id: str = "a1",
+             created: int = 1_775_000_000_000) -> dict[str, Any]:
+    meta = review.new_meta(snapshot_id=snapshot_id, session_id=session_id, path=path, tool_name="Write",
+                           tool_call_id="c1", message_id=message_id, turn_id="t1", before=BEFORE, after=AFTER,
+                           now_ms=created, key=None)
+    return {"type": "review_snapshot", "snapshot": meta, "beforeBase64": b64(BEFORE)}
+
+
+def rv(i: int) -> str:
+    return "rv-" + f"{i:032x}"
+
+
+async def test_a_review_snapshot_cannot_leave_its_folder_or_land_in_another_session(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(AFTER)  # what a restore of a snapshot naming it would overwrite
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with host(tmp_path) as hst:
+        await hst.c.call("session.create", {"sessionId": "other", "title": "someone else's"})
+        escapes = [{**snapshot(rv(1)), "snapshot": {**snapshot(rv(1))["snapshot"], "snapshotId": "../other/" + rv(1)}},
+                   {**snapshot(rv(2)), "snapshot": {**snapshot(rv(2))["snapshot"], "snapshotId": "../../" + rv(2)}},
+                   {**snapshot(rv(3)), "snapshot": {**snapshot(rv(3))["snapshot"], "snapshotId": rv(3) + "/.."}}]
+        named = snapshot(rv(4), session_id="other", message_id="../../other")  # names another session
+        outside = snapshot(rv(5), path=str(victim))  # a restore would write outside the copy's workspace
+        info = {"type": "session_info", "title": "hostile", "projectPath": str(workspace)}
+        rep = await hst.one([*base(), info, *escapes, named, outside])
+        assert rep["status"] == "new" and skipped(rep) == {"review_snapshot(invalid)": 3}, rep
+        sid = copy_id()
+        assert sorted(os.listdir(hst.root / "review-changes")) == [sid]
+        assert sorted(os.listdir(hst.root / "review-changes" / sid)) == [rv(4), rv(5)]
+        listed = (await hst.c.call("review.list", {"sessionId": sid}))["snapshots"]
+        assert {s["sessionId"] for s in listed} == {sid}
+        assert (await hst.c.call("review.list", {"sessionId": "other"}))["snapshots"] == []
+        answer = await internal_free(hst.c.call("review.restore", {"sessionId": sid, "snapshotId": rv(5),
+                                                                   "submissionId": "r5"}))
+        assert isinstance(answer, RpcError), answer  # refused: the path is not under the copy's workspace
+        assert victim.read_bytes() == AFTER
+        await hst.usable(sid)
+
+
+async def test_thousands_of_review_snapshots_stop_at_the_per_session_limit(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,200 snapshots and 3,000 lines past the limit: 1,000 stored, the rest counted; the folder is listed once
+    per import, not once per line (each listing of 1,000 snapshots stats them all: a file of a few hundred
+    thousand lines past the limit held the one import slot for many minutes)."""
+    listings: list[Path] = []
+    count = review.count_snapshots
+
+    def counted(directory: Path) -> int:
+        listings.append(directory)
+        return count(directory)
+
+    monkeypatch.setattr(review, "count_snapshots", counted)
+    async with host(tmp_path) as hst:
+        snaps = [snapshot(rv(i), created=1_775_000_000_000 + i) for i in range(1_200)]
+        rep = await hst.one([*base(), *snaps, *[snaps[-1]] * 3_000])
+        assert rep["status"] == "new" and skipped(rep) == {"review_snapshot(limit)": 3_200}, rep
+        assert len(listings) == 1, len(listings)
+        assert len(os.listdir(hst.root / "review-changes" / copy_id())) == 1_000
+        again = await hst.one([*base(), *snaps, reply("a2", "grown")], "grown.jsonl")  # a grown export
+        assert again["status"] in ("updated", "new"), again
+        assert len(os.listdir(hst.root / "review-changes" / copy_id())) == 1_000
+        await hst.usable(copy_id())

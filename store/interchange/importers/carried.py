@@ -70,6 +70,9 @@ class CarriedLines:
         self.done: set[str] = set()
         self.cur: _Open | None = None
         self.reviews_seen = 0
+        self.reviews_here: int | None = None
+        """The snapshots the copy's review folder holds (listed once, then counted as they are written): a
+        file of thousands of snapshot lines past the limit never lists the folder once per line."""
 
     # -- what the imported blocks refer to ------------------------------------------------------------
     def referenced(self, record: Mapping[str, Any]) -> None:
@@ -217,10 +220,13 @@ class CarriedLines:
         except DamagedRecord:
             self._count("review_snapshot(damaged here)")
             return
-        if review.count_snapshots(directory) >= MAX_REVIEW_SNAPSHOTS:
+        if self.reviews_here is None:
+            self.reviews_here = review.count_snapshots(directory)
+        if self.reviews_here >= MAX_REVIEW_SNAPSHOTS:
             self._count("review_snapshot(limit)")
             return
         review.write_snapshot(directory, meta, before)
+        self.reviews_here += 1
 
     # -- end of the file ----------------------------------------------------------------------------------
     def close(self) -> None:
