@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import trio
 
@@ -75,7 +75,8 @@ def blob_lines(data: bytes, *, sha: str | None = None, part: int = 1 << 20) -> l
 def write(path: Path, lines: list[dict[str, Any] | bytes]) -> Path:
     with open(path, "wb") as fh:
         for ln in lines:
-            fh.write(ln if isinstance(ln, bytes) else orjson.dumps(ln) + b"\n")
+            # the standard library writes what orjson would refuse (integers past 64 bits, deep nesting)
+            fh.write(ln if isinstance(ln, bytes) else json.dumps(ln, separators=(",", ":")).encode() + b"\n")
     return path
 
 
@@ -123,7 +124,7 @@ class Host:
         await self.c.call("session.appendMessage", {"sessionId": probe, "message": msg("p1", "ping")})
         clean = f"clean-{os.urandom(4).hex()}"
         rep = await self.one([*base(clean), *blob_lines(PNG)], f"{clean}.jsonl")
-        assert rep["status"] == "new", rep
+        assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
 
 
 @asynccontextmanager
@@ -185,7 +186,7 @@ async def test_ten_thousand_tiny_blob_lines_are_counted_and_stored_only_when_who
     async with host(tmp_path) as hst:
         rep = await hst.one([*base(), user("u2", "bytes", sha=sha), *blob_lines(data, part=1), *repeated,
                              *unreferenced])
-        assert rep["status"] == "new", rep
+        assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
         assert skipped(rep) == {"blob(unreferenced)": 10_000}, skipped(rep)
         assert hst.blob_names() == sorted([sha, PNG_SHA]) and hst.stray_files() == []
         assert (hst.blobs / sha).read_bytes() == data
@@ -303,3 +304,99 @@ async def test_thousands_of_review_snapshots_stop_at_the_per_session_limit(tmp_p
         assert again["status"] in ("updated", "new"), again
         assert len(os.listdir(hst.root / "review-changes" / copy_id())) == 1_000
         await hst.usable(copy_id())
+
+
+# -- revision / revision_live lines ---------------------------------------------------------------------------
+
+
+def revision(root: str, idx: Any, messages: list[dict[str, Any]], kind: str = "revision") -> dict[str, Any]:
+    line: dict[str, Any] = {"type": kind, "rootUserId": root, "revisionIndex": idx, "createdAt": CREATED}
+    if kind == "revision":
+        line["messages"] = messages
+    else:
+        line["messageCount"] = len(messages)
+    return line
+
+
+@pytest.mark.parametrize("idx", [0, -1, "1", 1.5, True, None, 2**63, 2**64 + 1])
+async def test_a_revision_with_an_index_that_is_not_a_small_positive_int_is_skipped(tmp_path: Path, idx: Any) -> None:
+    async with host(tmp_path) as hst:
+        rep = await hst.one([*base(), revision("u1", idx, [reply("old", "an older answer")]),
+                             revision("u1", idx, [], kind="revision_live")])
+        assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
+        assert (await hst.c.call("session.listRevisions", {"sessionId": copy_id()}))["revisions"] == []
+        await hst.usable(copy_id())
+
+
+async def test_a_revision_count_too_large_for_the_index_is_skipped(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        live = {**revision("u1", 2, [], kind="revision_live"), "messageCount": 2**63}
+        rep = await hst.one([*base(), revision("u1", 1, [reply("old", "an older answer")]), live])
+        assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
+        await hst.usable(copy_id())
+
+
+async def test_a_revision_of_a_root_not_in_the_session_or_repeating_live_ids_answers(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        stray = revision("nobody", 1, [user("nobody", "a root that is not here"), reply("x1", "ghost")])
+        repeats = revision("u1", 1, [user("u1", "the same id as the live prompt"), reply("a1", "and answer")])
+        rep = await hst.one([*base(), stray, repeats, revision("u1", 2, [], kind="revision_live")])
+        assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
+        sid = copy_id()
+        before = await hst.c.call("session.get", {"sessionId": sid, "full": True})
+        revs = (await hst.c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+        for rev in revs:
+            answer = await internal_free(hst.c.call("session.activateRevision", {
+                "sessionId": sid, "rootUserId": rev["rootUserId"], "revisionIndex": rev["revisionIndex"],
+                "submissionId": f"act-{rev['rootUserId']}-{rev['revisionIndex']}"}))
+            got = await hst.c.call("session.get", {"sessionId": sid, "full": True})
+            ids = [m["id"] for m in got["messages"]]
+            assert len(ids) == len(set(ids)), (answer, ids)  # never one message id twice on the transcript
+        assert before["messages"]
+        await hst.usable(sid)
+
+
+# -- turn lines -----------------------------------------------------------------------------------------------
+
+
+def turn(tid: str, **over: Any) -> dict[str, Any]:
+    return {"type": "turn", "id": tid, "status": "completed", "inputTokens": 10, "outputTokens": 5, "costMicros": 7,
+            "startedAt": 1_775_000_000_000, "endedAt": 1_775_000_001_000, **over}
+
+
+ABSURD = [{"inputTokens": -5}, {"outputTokens": "12"}, {"costMicros": 1e300}, {"costMicros": 2**64 - 1},
+          {"inputTokens": 2**63}, {"startedAt": "yesterday"}, {"endedAt": 1e300}, {"status": "running"},
+          {"usage": {"inputTokens": 2**64 - 1}}, {"usage": "lots"}, {"retryOf": 12}, {"id": ""}]
+
+
+async def test_turns_with_absurd_numbers_are_skipped_and_the_usage_stays_sane(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        lines = [turn(f"t{i}", **over) for i, over in enumerate(ABSURD)]
+        rep = await hst.one([*base(), turn("good"), *lines])
+        assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
+        usage = (await hst.c.call("usage.session", {"sessionId": copy_id()}))["total"]
+        assert 10 <= usage["inputTokens"] < 2**62 and 5 <= usage["outputTokens"] < 2**62, usage
+        await hst.usable(copy_id())
+
+
+async def test_a_turn_usage_nested_too_deep_to_store_is_skipped(tmp_path: Path) -> None:
+    deep: Any = 1
+    for _ in range(300):
+        deep = {"a": deep}
+    async with host(tmp_path) as hst:
+        rep = await hst.one([*base(), turn("deep", usage=deep)])
+        assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
+        await hst.usable(copy_id())
+
+
+async def test_a_turn_id_colliding_with_another_sessions_turn_leaves_that_turn_alone(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        first = await hst.one([*base("src-a"), turn("t1", inputTokens=111)], "a.jsonl")
+        assert first["status"] == "new", first
+        a_usage = (await hst.c.call("usage.session", {"sessionId": copy_id("src-a")}))["total"]
+        # b's turn is namespaced as b's: whatever its id spells (a's namespaced id included), a's row stays
+        rep = await hst.one([*base("src-b"), turn("t1", inputTokens=999), turn(f"{copy_id('src-a')}:t1",
+                                                                               inputTokens=999)], "b.jsonl")
+        assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
+        assert (await hst.c.call("usage.session", {"sessionId": copy_id("src-a")}))["total"] == a_usage
+        await hst.usable(copy_id("src-b"))

@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from store.interchange.importers.carried import CARRIED, CarriedLines
 from store.interchange.importers.common import (
     Archived,
@@ -53,6 +55,8 @@ from store.interchange.origin_history import SPAWN_KEYS
 from store.revisions import REVISION, REVISION_LIVE, family_of, stamp_of
 from store.rules import TURN_ENDED
 from store.transcripts.records import ROLES
+from store.upgrade.schema import MAX_SEQ
+from store.usage import INT64_MAX
 
 SOURCE = "pi-host"
 SKIPPED = frozenset({"environment", "tombstone"})
@@ -269,13 +273,13 @@ def _message(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
 def _revision(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
     """An exported archived branch with its ids namespaced (None: not one a revisions file could hold)."""
     root, idx = rec.get("rootUserId"), rec.get("revisionIndex")
-    if not isinstance(root, str) or not root or type(idx) is not int or idx < 1:
-        return None
+    if not isinstance(root, str) or not root or type(idx) is not int or not 1 <= idx <= MAX_SEQ:
+        return None  # (a variant per regenerate, each a message at least: never more than a session holds)
     out: dict[str, Any] = {"type": rec["type"], "rootUserId": join_id(sid, root), "revisionIndex": idx,
                            "createdAt": to_ms(rec.get("createdAt")) or 0}
     if rec["type"] == REVISION_LIVE:
         count = rec.get("messageCount")
-        if type(count) is int and count >= 0:
+        if type(count) is int and 0 <= count <= MAX_SEQ:
             out["messageCount"] = count
         return out
     raw = rec.get("messages")
@@ -294,7 +298,20 @@ def _revision(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
 
 
 def _count(value: object) -> int | None:
-    return value if type(value) is int and value >= 0 else None
+    """A token count or cost the index can hold (an integer of a JSON line may be past SQLite's 64 bits)."""
+    return value if type(value) is int and 0 <= value <= INT64_MAX else None
+
+
+def _usage(value: object) -> dict[str, Any] | None:
+    """An exported turn's usage report, as the index stores it (JSON text): one that could not be written
+    back (nested past the encoder's depth, an integer past 64 bits) is left out, the turn kept."""
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    return dict(value)
 
 
 def _turn(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
@@ -312,8 +329,9 @@ def _turn(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
             out[key] = rec[key]
     if isinstance(rec.get("retryOf"), str) and rec["retryOf"]:
         out["retryOf"] = join_id(sid, rec["retryOf"])
-    if isinstance(rec.get("usage"), Mapping):
-        out["usage"] = dict(rec["usage"])
+    usage = _usage(rec.get("usage"))
+    if usage is not None:
+        out["usage"] = usage
     return out
 
 
