@@ -400,3 +400,102 @@ async def test_a_turn_id_colliding_with_another_sessions_turn_leaves_that_turn_a
         assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
         assert (await hst.c.call("usage.session", {"sessionId": copy_id("src-a")}))["total"] == a_usage
         await hst.usable(copy_id("src-b"))
+
+
+# -- order, torn lines, re-imports ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["blob", "review_snapshot", "revision", "turn"])
+async def test_a_carried_line_before_the_session_header_refuses_the_file_and_stores_nothing(
+        tmp_path: Path, kind: str) -> None:
+    first = {"blob": blob_lines(PNG)[0], "review_snapshot": snapshot(rv(1)),
+             "revision": revision("u1", 1, [reply("old", "older")]), "turn": turn("t1")}[kind]
+    async with host(tmp_path) as hst:
+        rep = await hst.one([first, *base(), *blob_lines(PNG)])
+        assert rep["status"] == "refused" and rep["reason"] == "NOT_A_SESSION_FILE", rep
+        assert hst.blob_names() == [] and hst.stray_files() == []
+        assert not (hst.root / "review-changes" / copy_id()).exists()
+        assert isinstance(await internal_free(hst.c.call("session.get", {"sessionId": copy_id()})), RpcError)
+        await hst.usable()
+
+
+async def test_carried_lines_after_a_torn_line_still_count(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        torn = b'{"type": "blob", "sha256": "' + PNG_SHA.encode() + b'", "si\n'
+        lines: list[dict[str, Any] | bytes] = [*base(), torn, *blob_lines(PNG, part=300), b"\xff\xfe not json\n",
+                                               snapshot(rv(1)), turn("t1")]
+        rep = await hst.one(lines)
+        assert rep["status"] == "new" and not skipped(rep), rep
+        assert hst.blob_names() == [PNG_SHA] and (hst.blobs / PNG_SHA).read_bytes() == PNG
+        assert [s["snapshotId"] for s in (await hst.c.call("review.list", {"sessionId": copy_id()}))["snapshots"]] \
+            == [rv(1)]
+        await hst.usable(copy_id())
+
+
+async def test_the_same_export_twice_is_unchanged_and_one_changed_blob_byte_is_refused(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        lines: list[dict[str, Any] | bytes] = [*base(), *blob_lines(PNG, part=300), snapshot(rv(1)), turn("t1")]
+        rep = await hst.one(lines)
+        assert rep["status"] == "new" and not skipped(rep), rep
+        stored = os.stat(hst.blobs / PNG_SHA)
+        again = await hst.one(lines)  # the same file, unchanged
+        assert again["status"] == "unchanged", again
+        forged = [dict(ln) for ln in lines if isinstance(ln, dict)]
+        part = next(ln for ln in forged if ln["type"] == "blob" and ln["offset"] == 300)
+        data = bytearray(base64.b64decode(part["data"]))
+        data[7] ^= 0x01
+        part["data"] = b64(bytes(data))
+        changed = await hst.one([*forged], "changed.jsonl")
+        assert changed["sessionId"] == copy_id() and changed["status"] != "refused", changed
+        # the blob is here already (content-addressed): the forged parts are read past, never written over it
+        after = os.stat(hst.blobs / PNG_SHA)
+        assert (after.st_ino, after.st_mtime_ns) == (stored.st_ino, stored.st_mtime_ns)
+        assert (hst.blobs / PNG_SHA).read_bytes() == PNG and hst.stray_files() == []
+        await hst.usable(copy_id())
+
+
+async def test_a_changed_blob_byte_on_a_host_without_the_blob_is_refused(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        parts = blob_lines(PNG, part=300)
+        data = bytearray(base64.b64decode(parts[-1]["data"]))
+        data[-1] ^= 0x01
+        parts[-1] = {**parts[-1], "data": b64(bytes(data))}
+        rep = await hst.one([*base(), *parts])
+        assert skipped(rep) == {"blob(sha256 mismatch)": 1}, rep
+        assert hst.blob_names() == [] and hst.stray_files() == []
+        await hst.usable(copy_id())
+
+
+# -- message-shaped content the index cannot hold ------------------------------------------------------------
+
+
+def deep(n: int) -> Any:
+    value: Any = 1
+    for _ in range(n):
+        value = {"a": value}
+    return value
+
+
+async def test_a_message_or_revision_nested_too_deep_to_write_back_answers(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        nested = {**reply("a2", "deep"), "meta": deep(300)}
+        rep = await hst.one([*base(), nested, revision("u1", 1, [{**reply("old", "older"), "meta": deep(300)}])])
+        assert rep["status"] in ("new", "refused"), rep
+        assert rep.get("reason") != "INTERNAL", (rep.get("reason"), rep.get("message"))
+        await hst.usable(copy_id() if rep["status"] == "new" else None)
+
+
+async def test_a_known_blob_claimed_under_another_mime_type_keeps_its_own(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        rep = await hst.one([*base(), *blob_lines(PNG)])
+        assert rep["status"] == "new" and hst.blob_names() == [PNG_SHA], rep
+        meta = (hst.blobs / f"{PNG_SHA}.meta").read_bytes()
+        claimed = [{**ln, "mimeType": "text/html", "kind": "file"} if ln["offset"] == 0 else ln
+                   for ln in blob_lines(PNG)]
+        rep = await hst.one([*base("src-2"), *claimed], "claimed.jsonl")
+        assert rep["status"] == "new" and not skipped(rep), rep
+        assert (hst.blobs / f"{PNG_SHA}.meta").read_bytes() == meta
+        got = await hst.c.call("session.get", {"sessionId": copy_id("src-2"), "full": True})
+        [att] = [b for m in got["messages"] for b in m["blocks"] if b["type"] == "attachment"]
+        assert att["mimeType"] == "image/png" and not att.get("evicted"), att
+        await hst.usable(copy_id("src-2"))
