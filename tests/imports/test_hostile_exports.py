@@ -499,3 +499,14 @@ async def test_a_known_blob_claimed_under_another_mime_type_keeps_its_own(tmp_pa
         [att] = [b for m in got["messages"] for b in m["blocks"] if b["type"] == "attachment"]
         assert att["mimeType"] == "image/png" and not att.get("evicted"), att
         await hst.usable(copy_id("src-2"))
+
+
+@pytest.mark.xfail(strict=True, reason="a message line nested past orjson's encoding depth (255) parses but cannot be "
+                   "written back: the whole session is refused (INVALID_PARAMS 'record cannot be encoded as a "
+                   "transcript line') instead of that one line being skipped and counted as invalid, as a line that "
+                   "is not JSON is (README §9); checking every record's encoding in the importers costs a second "
+                   "encode per line, left to a decision")
+async def test_a_message_nested_too_deep_is_skipped_and_the_rest_comes_in(tmp_path: Path) -> None:
+    async with host(tmp_path) as hst:
+        rep = await hst.one([*base(), {**reply("a2", "deep"), "meta": deep(300)}])
+        assert rep["status"] == "new", (rep.get("reason"), rep.get("message"))
