@@ -3,14 +3,25 @@ the host keeps running (same bootId), so a client's reconnect can resume at its 
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on now, for a host a test restarts on the same port. Taken below the kernel's
+    ephemeral range (32768-60999 on Linux): a port ``bind(0)`` gave back can go to the next outgoing connection of
+    any process (a client, the Node harness) before the host binds it ("port ... is already in use", seen in a
+    full run); one outside that range only an explicit bind takes."""
+    for _ in range(200):
+        port = random.randint(20_000, 32_000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32000")
 
 
 class Relay:
