@@ -135,6 +135,16 @@ def frame(obj: Any) -> str:
     return orjson.dumps(obj).decode()
 
 
+async def until_handled(h: Harness, count: int) -> None:
+    """Until the gateway handed ``count`` echo requests to the dispatcher, or closed a connection as a slow
+    consumer. ``wait_all_tasks_blocked`` alone no longer says so for a frame over ``DECODE_ON_LOOP``: its decode
+    runs on a worker thread, and a task waiting for one counts as blocked."""
+    while len(h.dispatcher.enqueued) < count and not h.gateway.statistics().slow_consumer_closes:
+        await trio.testing.wait_all_tasks_blocked()
+        if len(h.dispatcher.enqueued) < count:
+            await trio.sleep(0.001)
+
+
 def hello_frame(token: str = TOKEN, request_id: Any = 0) -> str:
     return frame(
         {
@@ -203,6 +213,7 @@ __all__ = [
     "TOKEN",
     "start_gateway",
     "frame",
+    "until_handled",
     "hello_frame",
     "recv",
     "hello",

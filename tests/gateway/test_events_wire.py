@@ -9,7 +9,7 @@ import trio.testing
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from actors.events import EventBus
-from tests.gateway.conftest import Harness, connect, frame, hello, recv, start_gateway
+from tests.gateway.conftest import Harness, connect, frame, hello, recv, start_gateway, until_handled
 
 
 async def subscribe(ws: WebSocketConnection, params: dict[str, Any], request_id: int = 1) -> Any:
@@ -117,10 +117,7 @@ async def test_slow_event_consumer_is_closed_and_memory_bounded(nursery: trio.Nu
 
 async def test_client_not_reading_responses_is_closed_as_slow_consumer(nursery: trio.Nursery) -> None:
     h = await start_gateway(nursery, outbound_queue=4, close_timeout=0.5, max_frame_bytes=2**20)
-    # under DECODE_ON_LOOP: each frame is decoded on the loop, so wait_all_tasks_blocked below returns once the
-    # gateway handled it (a longer one waits on a worker thread, which counts as blocked: the client then ran
-    # ahead of the gateway, and on a loaded machine its close could outlast the deadline)
-    params = {"blob": "y" * 48 * 1024}
+    params = {"blob": "y" * 256 * 1024}
     with trio.fail_after(20):
         async with connect(h.url, message_queue_size=1, max_message_size=2**30) as ws:
             await hello(ws)
@@ -130,7 +127,7 @@ async def test_client_not_reading_responses_is_closed_as_slow_consumer(nursery: 
                     assert sent < 5000, "never disconnected"
                     await ws.send_message(frame({"jsonrpc": "2.0", "id": sent, "method": "echo", "params": params}))
                     sent += 1
-                    await trio.testing.wait_all_tasks_blocked()
+                    await until_handled(h, sent)
                     assert h.gateway.statistics().outbound_queued <= 4
             except ConnectionClosed:
                 pass

@@ -12,7 +12,7 @@ from trio_websocket import ConnectionClosed
 
 from runtime.client import HostClient, RpcError
 from store.rules import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES
-from tests.gateway.conftest import connect, frame, hello, recv, start_gateway
+from tests.gateway.conftest import connect, frame, hello, recv, start_gateway, until_handled
 from tests.hostkit import client_for, inprocess_host, msg
 
 # ---------------------------------------------------------------------------------------- gateway
@@ -34,7 +34,7 @@ async def test_outbound_queue_is_bounded_by_bytes_not_frames(nursery: trio.Nurse
                     assert sent < 200, "never disconnected"
                     await ws.send_message(frame({"jsonrpc": "2.0", "id": sent, "method": "echo", "params": blob}))
                     sent += 1
-                    await trio.testing.wait_all_tasks_blocked()
+                    await until_handled(h, sent)
             except ConnectionClosed:
                 pass
     stats = h.gateway.statistics()
