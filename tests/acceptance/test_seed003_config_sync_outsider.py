@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import shutil
-import sqlite3
 import stat
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ import trio
 
 from runtime.client import ClientClosed, HostClient, open_client
 from tests.acceptance.outsiderkit import data_dir, error_of, real_host, say
+from tests.dbkit import rows as _db
 from tests.hostkit import HostProcess, call_killed_at, start_host_process
 from tests.pipeline import probe
 
@@ -47,14 +47,6 @@ def _outside_vault(data: Path) -> bytes:
     """Every byte under the data directory but the encrypted secret store's own directory."""
     return b"".join(p.read_bytes() for p in sorted(data.rglob("*"))
                     if p.is_file() and p.relative_to(data).parts[0] != "secrets")
-
-
-def _db(data: Path, sql: str) -> list[Any]:
-    conn = sqlite3.connect(f"file:{data / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def _b64(blob: bytes) -> str:

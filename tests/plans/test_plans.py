@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import trio
 from runtime.client import RpcError, open_client
 from store import plans
 from store.errors import Conflict, CorruptData
+from tests.dbkit import rows as _rows
 from tests.hostkit import client_for, index_caught_up, inprocess_host, start_host_process
 
 MARKDOWN = "# Plan ✓\r\n\r\n1. Split the tokenizer  \n2. Add tests\t\n\n```py\nx = '\\u00e9'\n```\n"
@@ -157,14 +157,6 @@ def _close_pipes(proc: Any) -> None:
     for pipe in (proc.proc.stdout, proc.proc.stderr):
         if pipe is not None:
             pipe.close()
-
-
-def _rows(root: Path, sql: str) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def test_full_process_restart_interrupts_approvals(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ header carries the receipt record (the retry finds its own import: ``created: tr
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
+from tests.dbkit import rows as _rows
 from tests.hostkit import call_killed_at, client_for, index_caught_up, inprocess_host, msg
 
 PLUGIN = "chat-plugin"
@@ -39,14 +39,6 @@ POINTS = [
     ("plugins.importSession.before_commit", 1),  # the same, from the pipeline's side
     ("plugins.importSession.after_commit", 1),  # committed, not answered
 ]
-
-
-def _rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def _origin_row(root: Path) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import trio
 
 from runtime.client import HostClient, RpcError
 from store import receipts
+from tests.dbkit import rows as _rows
 from tests.hostkit import call_killed_at, client_for, inprocess_host
 
 CLIENT = "ui-plugins"
@@ -40,14 +41,6 @@ UNINSTALL_POINTS = [
     ("plugins.uninstall.before_commit", 1),  # both files gone, the rows and the receipt not committed
     ("plugins.uninstall.after_commit", 1),  # committed, not answered (the intent still there)
 ]
-
-
-def _rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 async def _setup(root: Path) -> None:

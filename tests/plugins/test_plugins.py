@@ -13,6 +13,7 @@ import trio
 from runtime.client import ClientClosed, RpcError, open_client
 from store import plugins as plugin_store
 from tests.dbkit import NOW, tx
+from tests.dbkit import rows as _rows
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.pipeline import probe
 
@@ -21,14 +22,6 @@ async def _err(call: Any) -> RpcError:
     with pytest.raises(RpcError) as exc:
         await call
     return exc.value
-
-
-def _rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def _import_origin(root: Path, plugin_id: str, session_id: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import shutil
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 import trio
 
 from runtime.client import HostClient, RpcError
+from tests.dbkit import rows as _rows
 from tests.hostkit import call_killed_at, client_for, index_caught_up, inprocess_host, msg
 
 Vars = dict[str, Any]
@@ -80,14 +80,6 @@ def _copy(src: Path, dst: Path) -> None:
 def _expected(v: Vars) -> dict[str, Any]:
     """What a crash-free ``projects.remove`` answers (tests/projects/test_projects.py checks it too)."""
     return {"projectId": v["pid"], "path": v["ws"], "deletedSessions": v["sids"]}
-
-
-def _rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 async def _killed_during_remove(root: Path, point: str, nth: int, params: dict[str, Any],

@@ -13,6 +13,7 @@ import trio
 from runtime.client import HostClient, RpcError
 from store.config import catalog
 from store.config.secrets import SecretStore
+from tests.dbkit import rows as _rows
 from tests.hostkit import client_for, inprocess_host
 from tests.httpkit import FakeProvider, Reply
 from tests.pipeline import probe
@@ -27,14 +28,6 @@ async def _err(call: Any) -> RpcError:
     with pytest.raises(RpcError) as exc:
         await call
     return exc.value
-
-
-def _rows(root: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{root / 'pi.sqlite'}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 async def _provider(c: HostClient, server: FakeProvider, pid: str = "local", **extra: Any) -> dict[str, Any]:
