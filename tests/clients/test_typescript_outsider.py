@@ -303,6 +303,50 @@ def test_the_keepalive_ends_a_call_to_a_frozen_host_without_any_timeout(harness:
         _end(node, host, stopped=stopped)
 
 
+def test_a_reconnect_to_a_frozen_host_ends_its_handshake_and_tries_again(harness: Path, data_dir: Path) -> None:
+    """clients/typescript/README.md, `handshakeTimeoutMs`: after the keepalive dropped a frozen host (SIGSTOP: the
+    kernel still accepts its connections, nothing answers the WebSocket handshake), each reconnect attempt ends after
+    `handshakeTimeoutMs` and the next follows the backoff; the client reconnects once the host runs again. A first
+    connection to the frozen host fails as `HostNotRunning` naming the handshake (not after `connectTimeoutMs`).
+
+    Before, nothing bounded the handshake (the `ws` package has no bound by default): the first reconnect attempt
+    waited until the host ran again, with no second attempt and no state change (the Python client gives up after
+    30 s)."""
+    port = free_port()
+    host = start_host_process(data_dir, "--port", str(port))
+    node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS},
+                keepaliveIntervalMs=200, keepaliveTimeoutMs=500, handshakeTimeoutMs=500, reconnectTimeoutMs=1000)
+    stopped = False
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        sid = node.run("create", title="TS handshake")
+        os.kill(host.proc.pid, signal.SIGSTOP)
+        stopped = True
+        node.expect(lambda x: _state("waiting")(x) and "keepalive" in x["message"], timeout=20)
+
+        def handshake_failed(x: Line) -> bool:
+            return _state("waiting")(x) and "no WebSocket handshake within 500 ms" in x["message"]
+
+        first, second = node.expect(handshake_failed, timeout=20), node.expect(handshake_failed, timeout=20)
+        assert second["attempt"] == first["attempt"] + 1, (first, second)
+        fresh = Node(harness, host.url, host.token, handshakeTimeoutMs=500, connectTimeoutMs=120_000)
+        try:
+            refused = fresh.expect(lambda x: x.get("kind") == "error", timeout=60)
+        finally:
+            fresh.stop()
+        assert refused["name"] == "HostNotRunning", refused
+        assert "no WebSocket handshake within 500 ms" in refused["message"], refused
+        os.kill(host.proc.pid, signal.SIGCONT)
+        stopped = False
+        node.expect(_state("reconnected"), timeout=30)
+        back = _timed(node, "back", "session.get", sessionId=sid)(20)
+        assert back.get("value", {}).get("session", {}).get("title") == "TS handshake", back
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0  # no handshake timer left behind
+    finally:
+        _end(node, host, stopped=stopped)
+
+
 @pytest.mark.parametrize(("reply", "expect"), [
     (b"HTTP/1.1 403 Forbidden\r\nContent-Length: 6\r\n\r\nno way", 403),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", 200),

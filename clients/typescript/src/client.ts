@@ -209,6 +209,11 @@ export interface ConnectOptions {
   waitForHost?: boolean;
   /** Bound on the first connection, retries included (ms). Default 30000. */
   connectTimeoutMs?: number;
+  /** Bound on the opening WebSocket handshake of each connection attempt (ms), the first and every reconnect: a
+   * host that accepts the connection and answers nothing (stopped, frozen) fails that attempt, which the retry
+   * chain follows with its backoff, instead of holding it until the host runs again. Default 30000 (the Python
+   * client's bound); `Infinity`: none. */
+  handshakeTimeoutMs?: number;
   /** Bound on `host.hello` once the socket is open (ms). Default 10000. */
   helloTimeoutMs?: number;
   /** Calls that may wait for a reconnect at once; more are refused with `ConnectionLost`. Default 256. */
@@ -281,12 +286,24 @@ class Connection {
     });
   }
 
-  /** Resolves once the socket is open; rejects (once) when it fails first. */
-  open(): Promise<void> {
+  /** Resolves once the socket is open; rejects (once) when it fails first, or when the opening handshake is not
+   * done within `timeoutMs` (a host that accepts the TCP connection and answers nothing: stopped, frozen; no
+   * WebSocket implementation bounds it by default): the socket is then dropped. */
+  open(timeoutMs: number = Infinity): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       let settled = false;
       let detail = "";
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      if (timeoutMs < Infinity) {
+        timer = setTimeout(() => {
+          if (settled) return;
+          settled = true;
+          reject(new OpenFailed(`no WebSocket handshake within ${timeoutMs} ms`, undefined));
+          this.close(1006, "opening handshake timed out", true);
+        }, Math.min(timeoutMs, MAX_TIMER_MS));
+      }
       this.ws.onopen = () => {
+        clearTimeout(timer);
         if (!settled) {
           settled = true;
           resolve();
@@ -298,6 +315,7 @@ class Connection {
         if (typeof ev?.message === "string" && ev.message !== "") detail = ev.message;
       };
       this.ws.onclose = (ev: { code?: number; reason?: string }) => {
+        clearTimeout(timer);
         const code = ev?.code ?? 1006;
         const reason = ev?.reason ?? "";
         this.close(code, reason);
@@ -502,6 +520,10 @@ export class HostClient {
       );
     }
     this.Impl = Impl;
+    const handshake = options.handshakeTimeoutMs;
+    if (handshake !== undefined && !(handshake > 0)) {
+      throw new RangeError(`handshakeTimeoutMs must be a number of ms > 0 (or Infinity), not ${handshake}`);
+    }
     const patience = options.reconnectTimeoutMs;
     if (patience !== undefined && !(patience >= 0)) {
       throw new RangeError(`reconnectTimeoutMs must be a number of ms ≥ 0 (or Infinity), not ${patience}`);
@@ -605,7 +627,7 @@ export class HostClient {
   private async open(): Promise<Connection> {
     const conn = new Connection(new this.Impl(this.options.url), (params) => this.deliver(params));
     try {
-      await conn.open();
+      await conn.open(this.options.handshakeTimeoutMs ?? 30000);
     } catch (err) {
       if (this.connects === 0 && err instanceof OpenFailed && err.refusal !== undefined && err.refusal !== 503) {
         const said = err.refusal === null ? "no HTTP answer" : `HTTP ${err.refusal}`;
