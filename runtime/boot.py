@@ -71,6 +71,8 @@ from store.inflight import sweep as sweep_inflight
 from store.plan_recovery import apply_recorded_approvals
 from store.plans import sweep_intents
 from store.queue import settle_after_restart
+from store.receipts import RECEIPTS_DIR
+from store.receipts import sweep_files as sweep_receipt_files
 from store.rules import MAX_TOKEN_CHARS, SESSION_ID_RE
 from store.transcripts import deleted_log
 from store.transcripts.session_files import finish_delete, pending_deletes
@@ -411,7 +413,7 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
     # every folder an atomic write publishes into, the data directory's own files (host.json, the
     # clean-shutdown marker) and config-sync/ included: a kill between a temp write and its rename leaves one
     own_dirs = [d for d in (data_dir.root / "plugins", data_dir.root / "plugins" / "assets",
-                            data_dir.root / "config-sync") if d.is_dir()]
+                            data_dir.root / "config-sync", data_dir.root / RECEIPTS_DIR) if d.is_dir()]
     report["tempFilesRemoved"] = sum(
         len(sweep_temp_files(d))
         for d in (data_dir.root, data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir, *own_dirs)
@@ -514,6 +516,9 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
     report["reviewHalvesRemoved"] = review.remove_unpublished(data_dir.review_changes_dir)
     report["tempFilesRemoved"] += review.sweep_snapshot_temp_files(data_dir.review_changes_dir)
     report["projectRemovalsSwept"] = projects.sweep_removal_intents(conn, data_dir.sessions_dir)
+    if pending_salvage(conn) is None:  # else a row the quarantined index still holds may name a file
+        # a command receipt's answer file no row names: its transaction rolled back or was killed before its commit
+        report["receiptFilesRemoved"] = sweep_receipt_files(conn)
     report["durationMs"] = int((time.perf_counter() - t0) * 1000)
     # Summary figures (protocol BootReport); the detailed sections stay alongside.
     report["cleanShutdown"] = clean_shutdown

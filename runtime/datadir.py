@@ -20,6 +20,7 @@ from typing import Literal
 
 from store.errors import classify_os_error
 from store.ids import validate_session_id
+from store.receipts import RECEIPTS_DIR
 from store.transcripts.session_files import SessionPaths
 
 SUBDIRS = (
@@ -34,6 +35,7 @@ SUBDIRS = (
     "review-changes",
     "scratch",
     "quarantine",
+    RECEIPTS_DIR,
 )
 
 

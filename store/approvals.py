@@ -701,7 +701,7 @@ def _restore_carried(conn: sqlite3.Connection, session_id: str, rec: Mapping[str
             or not isinstance(said.get("request"), Mapping) or said["request"].get("requestId") != request_id):
         return
     known = conn.execute(f"SELECT 1 FROM {_TABLE[kind]} WHERE request_id = ?", (request_id,)).fetchone()
-    if known is None and receipts.get(conn, key.client_id, key.submission_id) is None:
+    if known is None and not receipts.exists(conn, key.client_id, key.submission_id):
         at = rec.get("decidedAtMs")
         receipts.store(conn, key, dict(said), session_id=session_id, now_ms=at if isinstance(at, int) else now_ms)
 
@@ -736,7 +736,7 @@ def _apply_decisions(conn: sqlite3.Connection, sid: str, lines: Mapping[str, Map
                         source_request_id=row["requestId"], now_ms=at)
             link_rule(conn, row["requestId"], rule_id)
         key = receipts.key_of_record(rec.get("receipt"))
-        if key is not None and receipts.get(conn, key.client_id, key.submission_id) is None:
+        if key is not None and not receipts.exists(conn, key.client_id, key.submission_id):
             receipts.store(conn, key, response_of(conn, kind, row["requestId"], lenient=True), session_id=sid,
                            now_ms=at)
         applied += 1

@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from store import receipts
-from store.errors import Conflict
+from store.errors import Conflict, CorruptData
 from store.indexing import index
 from store.transcripts.transcript import header_receipts
 
@@ -76,9 +76,9 @@ def created_receipts(conn: sqlite3.Connection, session_id: str, *, header: Mappi
     out: list[dict[str, Any]] = []
     for client_id, submission_id, fp, method, response in rows:
         try:
-            answer = orjson.loads(response)
-        except orjson.JSONDecodeError:
-            continue
+            answer = receipts.stored_answer(conn, response, what=f"{client_id}/{submission_id}")
+        except (orjson.JSONDecodeError, CorruptData):
+            continue  # its answer does not read (a damaged row, or its answer file): a retry is told so
         out.append({"clientId": client_id, "submissionId": submission_id, "fingerprint": fp, "method": method,
                     "response": answer})
     return out

@@ -64,7 +64,7 @@ def apply_recorded_approvals(conn: sqlite3.Connection, transcript_of: Callable[[
             except StoreError:
                 continue  # expired by then: the fence's rules apply
             key = receipts.key_of_record(rec.get("receipt"))
-            if key is not None and receipts.get(conn, key.client_id, key.submission_id) is None:
+            if key is not None and not receipts.exists(conn, key.client_id, key.submission_id):
                 session = public_session(require_session(conn, sid))
                 receipts.store(conn, key, {"approval": approval, "session": session}, session_id=sid, now_ms=at)
             applied += 1

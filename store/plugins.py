@@ -266,7 +266,7 @@ def uninstall_finished(conn: sqlite3.Connection, intent: UninstallIntent) -> boo
     transaction left it, and it answers for nothing any more."""
     for record in intent.receipt_records:
         key = receipts.key_of_record(record)
-        if key is not None and receipts.get(conn, key.client_id, key.submission_id) is None:
+        if key is not None and not receipts.exists(conn, key.client_id, key.submission_id):
             return False
     return True
 

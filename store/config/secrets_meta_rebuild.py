@@ -173,9 +173,9 @@ def sweep_delete_traces(conn: sqlite3.Connection, directory: str | os.PathLike[s
     removed = 0
     for name in names:
         key = _trace_key(root / name)
-        found = receipts.get(conn, key.client_id, key.submission_id) if key is not None else None
+        method = receipts.method_of(conn, key.client_id, key.submission_id) if key is not None else None
         undone = os.path.lexists(root / name.split(DELETING, 1)[0])
-        if not undone and (key is None or found is None or found["method"] != key.method):
+        if not undone and (key is None or method != key.method):
             continue  # its file went and its receipt never committed: the retry answers from it
         try:
             os.unlink(root / name)

@@ -26,7 +26,10 @@
 * command receipts whose effect is gone: a ``session.appendMessage`` receipt
   whose message is in neither its session's transcript nor its revisions
   file; a retry would be told it succeeded. Repair deletes the receipt, so a
-  retry writes the message again.
+  retry writes the message again. A receipt whose answer is kept in a file
+  (``receipts/<sha256>.json``, ``store.receipts``) that is missing or does
+  not hash to its name and size: damage (its retry answers ``CORRUPT_DATA``;
+  deleting the receipt would run its effect a second time).
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ from pathlib import Path
 
 import orjson
 
+from store import receipts as command_receipts
 from store.attachments import META_SUFFIX, NO_META, AttachmentFiles, read_meta_file, row_meta
 from store.config.secrets import KEY_FILE
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
 from store.doctor.doctor_sessions import DataDirPaths, SessionFacts
+from store.errors import CorruptData
 from store.fsutil import remove_file_durable
 from store.indexing.corruption import is_corruption
 from store.revisions import read_revisions
@@ -388,6 +393,7 @@ def secrets(conn: sqlite3.Connection, paths: DataDirPaths, report: DoctorReport,
 
 def receipts(conn: sqlite3.Connection, paths: DataDirPaths, facts: SessionFacts, report: DoctorReport, *,
              repair: bool) -> None:
+    _receipt_files(conn, paths, report)
     live = {r[0] for r in conn.execute("SELECT id FROM sessions")}
     revisions: dict[str, set[str]] = {}
     for client, submission, sid, response in conn.execute(
@@ -416,3 +422,18 @@ def receipts(conn: sqlite3.Connection, paths: DataDirPaths, facts: SessionFacts,
             _transaction(conn, [("DELETE FROM command_receipts WHERE client_id = ? AND submission_id = ?",
                                  (client, submission))])
             finding.repaired = True
+
+
+def _receipt_files(conn: sqlite3.Connection, paths: DataDirPaths, report: DoctorReport) -> None:
+    """Every answer file a receipt row names is there, its size and SHA-256 the row's."""
+    directory = paths.root / command_receipts.RECEIPTS_DIR
+    for digest, (size, keys) in sorted(command_receipts.referenced_files(conn).items()):
+        report.count("receiptFiles")
+        try:
+            command_receipts.read_file_answer(directory, digest, size)
+        except CorruptData as exc:
+            client, submission = keys[0]
+            report.add("receipts.file_damaged", f"{command_receipts.RECEIPTS_DIR}/{digest}.json",
+                       f"the answer of receipt {client}/{submission} ({len(keys)} receipt(s) in all) does not read "
+                       f"back: {exc}. A retry of it answers CORRUPT_DATA; the receipt stays, so its effect never "
+                       "runs twice", Severity.DAMAGED, receipts=[f"{c}/{s}" for c, s in keys[:20]])

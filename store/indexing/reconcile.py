@@ -656,7 +656,7 @@ def restore_archived_receipts(conn: Any, session_id: str, archived: RevisionFile
             carried = meta.get("receipt") if isinstance(meta, Mapping) else None
             key = receipts.key_of_record(carried, default_method="session.appendMessage")
             if (key is None or not isinstance(rec.get("id"), str)
-                    or receipts.get(conn, key.client_id, key.submission_id) is not None):
+                    or receipts.exists(conn, key.client_id, key.submission_id)):
                 continue
             extra = carried.get("extra") if isinstance(carried, Mapping) else None
             said = extra.get("seq") if isinstance(extra, Mapping) else None
@@ -792,7 +792,7 @@ def forget_logged(conn: Any, entries: Iterable[LoggedDelete], live: Container[st
             restore_receipt(conn, sid, {"method": "session.delete", **entry.receipt}, now_ms=entry.deleted_at)
         for rec in entry.created:
             key = receipts.key_of_record(rec)
-            if key is not None and "response" in rec and receipts.get(conn, key.client_id, key.submission_id) is None:
+            if key is not None and "response" in rec and not receipts.exists(conn, key.client_id, key.submission_id):
                 receipts.store(conn, key, rec["response"], session_id=sid, now_ms=entry.deleted_at)
     return len(seen)
 
@@ -800,7 +800,7 @@ def forget_logged(conn: Any, entries: Iterable[LoggedDelete], live: Container[st
 def restore_receipt(conn: Any, session_id: str, rec: Any, *, now_ms: int) -> bool:
     """Rebuild the row of a receipt a file carries, if the database lost it. True if a row was added."""
     key = receipts.key_of_record(rec)
-    if key is None or receipts.get(conn, key.client_id, key.submission_id) is not None:
+    if key is None or receipts.exists(conn, key.client_id, key.submission_id):
         return False
     response = rebuild_response(conn, session_id, rec)
     if response is None:
