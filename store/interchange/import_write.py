@@ -565,7 +565,9 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
     live = _LiveOrder()
     ok = False
     try:
-        records = live.tap(parsed.records) if parsed.off_branch is not None else parsed.records
+        records = _writable(parsed.records, staged.report)
+        if parsed.off_branch is not None:
+            records = live.tap(records)
         if kind == "new":
             _write_new(records, out, staged, created_ms)
         else:
@@ -615,7 +617,7 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
     return staged
 
 
-def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport,
+def _write_new(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, staged: StagedImport,
                created_ms: Callable[[], int] | None) -> None:
     first = next(records, None)
     if first is None:
@@ -627,8 +629,8 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
     out.write(header)
     staged.body_start = len(header)
     count = messages = 0
-    for record in itertools.chain((first,), records):
-        out.write(dumps_line(record))
+    for record, line in itertools.chain((first,), records):
+        out.write(line)
         count += 1
         if record.get("type") == "message":
             messages += 1
@@ -639,7 +641,23 @@ def _write_new(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImpor
     staged.body_end = out.length  # then the pager stamps, if any, and the session_info line (:func:`_stage`)
 
 
-def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedImport, spans: Spans,
+def _writable(records: Iterable[dict[str, Any]], report: SessionReport) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """Each record with its transcript line; one the writer cannot encode is left out and counted
+    (``skippedBlocks["<type>(cannot be written)"]``), the session kept, as a line that is not JSON is: a
+    source's value nested past the encoder's depth (orjson writes 254 levels and parses 1024; a tool's
+    arguments, a database row, a line of an export) parses, and its importer builds the record from it. The
+    line is the one written (no record is encoded twice), and a record left out is left out of the branch
+    order too (:class:`_LiveOrder`)."""
+    for record in records:
+        try:
+            line = dumps_line(record)
+        except InvalidInput:
+            report.skipped_blocks[f"{str(record.get('type'))[:40]}(cannot be written)"] += 1
+            continue
+        yield record, line
+
+
+def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, staged: StagedImport, spans: Spans,
                    known_ids: Callable[[], Iterable[tuple[str, bool]]] | None,
                    source_ids: Callable[[], set[str]] | None = None,
                    known_compactions: Callable[[], Iterable[str]] | None = None) -> None:
@@ -720,8 +738,7 @@ def _write_changes(records: Iterator[dict[str, Any]], out: _Out, staged: StagedI
             batch.clear()
 
         on_branch: set[str] | None = set() if known_ids is not None else None
-        for record in records:
-            line = dumps_line(record)
+        for record, line in records:
             batch.append((record, line))
             if record.get("type") == "message":
                 staged.source_model = named_model(record) or staged.source_model
@@ -814,8 +831,8 @@ class _LiveOrder:
         self.compactions: set[str] = set()
         self._seen: set[str] = set()
 
-    def tap(self, records: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for record in records:
+    def tap(self, records: Iterator[tuple[dict[str, Any], bytes]]) -> Iterator[tuple[dict[str, Any], bytes]]:
+        for record, line in records:
             rid = record.get("id")
             if isinstance(rid, str) and rid not in self._seen:  # a replacement line keeps the first position
                 self._seen.add(rid)
@@ -823,7 +840,7 @@ class _LiveOrder:
                     self.messages.append((rid, str(record.get("role"))))
                 elif record.get("type") == "compaction":
                     self.compactions.add(rid)
-            yield record
+            yield record, line
 
 
 PAGER_KEYS = ("revisionCount", "activeRevision", "revisionRootId")
@@ -934,7 +951,11 @@ def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[s
         if not branch:
             continue
         root = order[rpos][0] if rpos is not None else str(branch[0]["id"])
-        payload = _payload(branch)
+        try:
+            payload = _payload(branch)
+        except InvalidInput:  # a message of it nested past what can be written (:func:`_writable`)
+            staged.report.skipped_blocks[_UNWRITABLE_BRANCH] += 1
+            continue
         variants = families.setdefault(root, [])
         usage = [m for m in branch if "usageRaw" in (m.get("meta") or {})]
         same = next((v.idx for v in variants if v.payload == payload), None)
@@ -955,7 +976,10 @@ def _archive_off_branch(off_branch: Callable[[], Iterator[tuple[str, list[dict[s
         extra: dict[str, Any] = {"importedFrom": staged.meta.source, "sourceLeaf": leaf}
         if comps:
             extra["compactions"] = comps
-        staged.revision_lines.append(revision_line(root, idx, branch, {}, created_at_ms=when, extra=extra))
+        line = _branch_line(staged, root, idx, branch, when, extra)
+        if line is None:
+            continue
+        staged.revision_lines.append(line)
         staged.revision_rows.append((root, idx, len(branch)))
         staged.revision_records.extend(usage)
         variants[:] = [v for v in variants if v.idx != idx] + [_Variant(idx, branch_ids, payload)]
@@ -984,8 +1008,10 @@ def _carry_archived(archived: Archived, staged: StagedImport) -> None:
             messages = branch["messages"]
             if comps := branch.get("compactions"):
                 extra["compactions"] = comps
-            line = revision_line(root, idx, messages, {}, created_at_ms=when, extra=extra)
-            count = len(messages)
+            encoded = _branch_line(staged, root, idx, messages, when, extra)
+            if encoded is None:
+                continue
+            line, count = encoded, len(messages)
             staged.revision_records.extend(m for m in messages if carries_usage(m))
         entry = entry_of_line(line[:-1])
         assert entry is not None
@@ -1006,6 +1032,20 @@ def _carry_archived(archived: Archived, staged: StagedImport) -> None:
     for root, active in sorted(archived.active.items()):
         if (root, active) in keys:
             staged.revision_active.append((root, active))
+
+
+_UNWRITABLE_BRANCH = "revision(cannot be written)"
+
+
+def _branch_line(staged: StagedImport, root: str, idx: int, messages: Sequence[Mapping[str, Any]], when: int,
+                 extra: dict[str, Any]) -> bytes | None:
+    """An archived branch's ``revision`` line; None, counted, when it cannot be written: its messages nest
+    two levels deeper there than in the transcript (:func:`_writable`)."""
+    try:
+        return revision_line(root, idx, messages, {}, created_at_ms=when, extra=extra)
+    except InvalidInput:
+        staged.report.skipped_blocks[_UNWRITABLE_BRANCH] += 1
+        return None
 
 
 def _stored_families(stored: RevisionFile) -> dict[str, list[_Variant]]:
@@ -1079,8 +1119,10 @@ def _stamp_families(families: Mapping[str, list[_Variant]], staged: StagedImport
                     ids = {m["id"] for m in before}
                     if comps := [c for c in old.compactions if c.get("throughMessageId") in ids]:
                         extra["compactions"] = comps
-                    staged.revision_lines.append(revision_line(root, ref.idx, before, {}, created_at_ms=when,
-                                                               extra=extra))
+                    line = _branch_line(staged, root, ref.idx, before, when, extra)
+                    if line is None:
+                        continue
+                    staged.revision_lines.append(line)
                     staged.revision_rows.append((root, ref.idx, len(before)))
                     variants[:] = [v for v in variants if v is not ref] + [
                         _Variant(ref.idx, [str(m["id"]) for m in before], _payload(before))]
