@@ -58,13 +58,15 @@ from store.fsutil import (
 )
 from store.jsonio import Readable, readable
 from store.receipts import ReceiptKey, file_record, key_of_record
-from store.rules import MAX_REVIEW_FILE_BYTES, MAX_REVIEW_META_BYTES, REVIEW_SNAPSHOT_ID_RE
+from store.rules import MAX_REVIEW_FILE_BYTES, MAX_REVIEW_META_BYTES, REVIEW_SNAPSHOT_ID_RE, is_absolute_path
+from store.workspace import resolve_under
 
 __all__ = [
     "FORMAT_VERSION",
     "FileChanged",
     "FileState",
     "RestorePlan",
+    "StagedSnapshots",
     "check_inside",
     "check_record_retry",
     "count_snapshots",
@@ -82,6 +84,7 @@ __all__ = [
     "remove_unpublished",
     "restore_answer",
     "restore_temp_path",
+    "rerooted",
     "review_ref",
     "snapshot_id_for",
     "start_restore",
@@ -90,6 +93,7 @@ __all__ = [
     "unpublished_snapshots",
     "well_formed",
     "wire_snapshot",
+    "workspace_relative",
     "write_snapshot",
 ]
 
@@ -294,6 +298,113 @@ def write_snapshot(session_dir: Path, meta: Mapping[str, Any], before: bytes | N
     except StoreError:
         _drop_half(target)
         raise
+
+
+class StagedSnapshots:
+    """The review snapshots an import carries in (a pi-host export's ``review_snapshot`` lines), written as the
+    parse reads them and published with the import's transcript: until then each is a folder holding its
+    ``before`` and its ``meta.json`` under a temp name, an unpublished snapshot no reader lists (and boot
+    removes, as a record killed before its publish: :func:`remove_unpublished`). :meth:`publish` links every
+    ``meta.json`` into place (exclusively); :meth:`discard` removes every folder this import made, staged or
+    published, and the session's folder when it made that too: a refused or undone import leaves none."""
+
+    def __init__(self, session_dir: Path) -> None:
+        self.session_dir = session_dir
+        self.staged: dict[str, Path] = {}
+        """Snapshot id -> its ``meta.json`` under its temp name."""
+        self.published: list[str] = []
+        self._made_dir = False
+
+    def stage(self, meta: Mapping[str, Any], before: bytes | None, *, faults: Faults = NO_FAULTS) -> bool:
+        """Write one snapshot unpublished; False when this import staged it already (a repeated line)."""
+        snapshot_id = str(meta["snapshotId"])
+        if snapshot_id in self.staged:
+            return False
+        target = _snapshot_dir(self.session_dir, snapshot_id)
+        try:
+            if not self.session_dir.exists():
+                self._made_dir = True
+            _mkdirs(target)
+        except OSError as exc:
+            raise classify_os_error(exc, f"create {target}") from exc
+        staged = target / f"{META}{TEMP_MARKER}{secrets.token_hex(6)}"
+        self.staged[snapshot_id] = staged
+        try:
+            if before is not None:
+                atomic_write(target / BEFORE, before, faults=faults, point_prefix="review.before")
+            fd = open_nofollow(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                write_all(fd, orjson.dumps(dict(meta)) + b"\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise classify_os_error(exc, f"stage {target}") from exc
+        return True
+
+    def publish(self) -> None:
+        """Every staged ``meta.json`` into place (a snapshot published meanwhile under the same id stays as it
+        is, this one dropped), each folder made durable."""
+        for snapshot_id, staged in list(self.staged.items()):
+            try:
+                os.link(staged, staged.parent / META)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise classify_os_error(exc, f"publish {staged.parent}") from exc
+            else:
+                self.published.append(snapshot_id)
+            del self.staged[snapshot_id]
+            try:
+                os.unlink(staged)
+                fsync_dir(staged.parent)
+            except OSError as exc:
+                raise classify_os_error(exc, f"publish {staged.parent}") from exc
+
+    def discard(self) -> None:
+        """Remove what this import wrote (best effort: what a failing disk keeps, boot's sweep removes)."""
+        for staged in self.staged.values():
+            try:
+                os.unlink(staged)
+            except OSError:
+                pass
+            _drop_half(staged.parent)
+        self.staged.clear()
+        for snapshot_id in self.published:
+            try:
+                remove_snapshot_dir(_snapshot_dir(self.session_dir, snapshot_id))
+            except OSError:
+                pass
+        self.published.clear()
+        if self._made_dir:
+            try:
+                os.rmdir(self.session_dir)  # only when empty
+                fsync_dir(self.session_dir.parent)
+            except OSError:
+                pass
+
+
+def workspace_relative(root: str | None, path: str) -> str | None:
+    """``path`` (absolute, folded, as a snapshot holds it) relative to the workspace ``root`` when it lies inside
+    it, else None (no root, outside it, the root itself)."""
+    if not root:
+        return None
+    resolved, inside = resolve_under(root, path)
+    if not inside or resolved != path:
+        return None
+    base = root.replace("\\", "/").rstrip("/")
+    rel = resolved[len(base):].lstrip("/") if resolved.startswith(base) else ""
+    return rel or None
+
+
+def rerooted(root: str, relative: object) -> str | None:
+    """A carried ``workspacePath`` under ``root`` (the copy's workspace), folded; None when it is no relative
+    path inside it (absolute, a ``..`` out of it, empty, a NUL)."""
+    if not isinstance(relative, str) or not relative or "\x00" in relative or is_absolute_path(relative):
+        return None
+    resolved, inside = resolve_under(root, relative)
+    base = root.replace("\\", "/").rstrip("/") or "/"
+    return resolved if inside and resolved != base else None
 
 
 def _drop_half(target: Path) -> None:

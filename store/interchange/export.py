@@ -555,7 +555,8 @@ def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str,
             writer.turn(redactor.value(turn))
     if carry:
         assert carried is not None
-        write_carried(writer, carried, shas, report)
+        root = session.get("projectPath")
+        write_carried(writer, carried, shas, report, workspace=root if isinstance(root, str) else None)
     writer.end()
     report.redactions = redactor.count
     report.bytes = writer.written
@@ -586,14 +587,15 @@ def _referring(record: dict[str, Any], shas: set[str], carry: bool) -> dict[str,
     return record
 
 
-def write_carried(writer: _JsonlWriter, source: Carried, shas: Iterable[str], report: ExportReport) -> None:
+def write_carried(writer: _JsonlWriter, source: Carried, shas: Iterable[str], report: ExportReport, *,
+                  workspace: str | None = None) -> None:
     """The ``blob`` lines of every blob in ``shas`` (sorted, each once), then one ``review_snapshot`` line per
-    published snapshot of the session (protocol/README.md §9)."""
+    published snapshot of the session (protocol/README.md §9), ``workspace`` the session's project root."""
     if source.files is not None:  # without the store (an offline export) the bytes are not known: no lines
         for sha in sorted(shas):
             _write_blob(writer, source, source.files, sha, report)
     if source.review_dir is not None:
-        _write_reviews(writer, source.review_dir, report)
+        _write_reviews(writer, source.review_dir, report, workspace)
 
 
 def _write_blob(writer: _JsonlWriter, source: Carried, files: AttachmentFiles, sha: str,
@@ -641,10 +643,12 @@ REVIEW_LEFT_OUT = frozenset({"receipt", "restore"})
 """``meta.json`` fields that are this host's own (a call's receipt, a restore's intent): not exported."""
 
 
-def _write_reviews(writer: _JsonlWriter, directory: Path, report: ExportReport) -> None:
+def _write_reviews(writer: _JsonlWriter, directory: Path, report: ExportReport, workspace: str | None) -> None:
     """One ``review_snapshot`` line per published snapshot (oldest first): its ``snapshot`` (the ``meta.json``
-    without :data:`REVIEW_LEFT_OUT`) and its ``before`` bytes in base64 (null when the tool created the file),
-    checked against their hash first; a snapshot that no longer reads back is left out and counted."""
+    without :data:`REVIEW_LEFT_OUT`, with ``workspacePath``, its path relative to the session's ``workspace``,
+    when it lies inside it: the copy re-roots it on its own) and its ``before`` bytes in base64 (null when the
+    tool created the file), checked against their hash first; a snapshot that no longer reads back is left
+    out and counted."""
     listing = review.list_snapshots(directory)
     report.review_unreadable += len(listing.unreadable)
     for meta in listing.items:
@@ -653,8 +657,11 @@ def _write_reviews(writer: _JsonlWriter, directory: Path, report: ExportReport) 
         except CorruptData:
             report.review_unreadable += 1
             continue
-        writer.carry({"type": "review_snapshot",
-                      "snapshot": {k: v for k, v in meta.items() if k not in REVIEW_LEFT_OUT},
+        snapshot = {k: v for k, v in meta.items() if k not in REVIEW_LEFT_OUT}
+        relative = review.workspace_relative(workspace, str(meta["path"]))
+        if relative is not None:
+            snapshot["workspacePath"] = relative
+        writer.carry({"type": "review_snapshot", "snapshot": snapshot,
                       "beforeBase64": None if before is None else base64.b64encode(before).decode("ascii")})
         report.review_snapshots += 1
 

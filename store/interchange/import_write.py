@@ -88,6 +88,7 @@ from store.interchange.importers.common import (
 )
 from store.interchange.importers.reader import LineReader
 from store.jsonio import dumps_line, loads_line
+from store.review import StagedSnapshots
 from store.revisions import (
     REVISION_LIVE,
     RevisionEntry,
@@ -299,11 +300,14 @@ class StagedImport:
     revisions_pre: int | None = None
     """Length of the revisions file before :func:`publish` appended (None: nothing appended)."""
     revisions_end: int = 0
+    reviews: StagedSnapshots | None = None
+    """The review snapshots a pi-host export carried in, staged until :func:`publish`."""
 
     @property
     def has_writes(self) -> bool:
-        """Anything to publish: transcript lines or revision lines."""
-        return self.body_end > self.body_start or bool(self.revision_lines)
+        """Anything to publish: transcript lines, revision lines or staged review snapshots."""
+        return self.body_end > self.body_start or bool(self.revision_lines) or bool(
+            self.reviews is not None and self.reviews.staged)
 
 
 # --------------------------------------------------------------------------- a keyed import's answer
@@ -491,6 +495,7 @@ def stage(
     prior: Mapping[str, Any] | None = None,
     consumed_before: Mapping[str, int] | None = None,
     blob_budget: int = attachments.DEFAULT_BUDGET_BYTES,
+    workspace: str | None = None,
 ) -> StagedImport:
     """Parse ``unit`` and write what must be written to a temp file (see the module doc).
 
@@ -503,16 +508,27 @@ def stage(
     :class:`StoreError` for I/O. ``import_receipt``: a keyed request's receipt record, ``prior``: the answer
     it recorded for this session before (see :func:`answer_of`). ``consumed_before``: per source file, the
     offset the last import consumed to, whose prefix digest the parse keeps (:attr:`ParseContext.consumed_before`).
-    ``blob_budget``: the attachment budget, the largest blob a pi-host export may carry in.
+    ``blob_budget``: the attachment budget, the largest blob a pi-host export may carry in. ``workspace``: a
+    re-import's, the copy's workspace root (a carried review snapshot is re-rooted on it; a new copy's is the
+    export's ``projectPath``). The review snapshots an export carries are staged (:class:`StagedSnapshots`),
+    published by :func:`publish`, removed by :func:`undo` or at once when the import is refused here.
     """
     sink = BlobSink(target.attachments.put_bytes_kept if target.attachments is not None and not dry_run else None,
                     files=target.attachments if not dry_run else None, max_carried_bytes=blob_budget)
-    reviews = target.review_root / validate_session_id(unit.session_id) \
+    reviews = StagedSnapshots(target.review_root / validate_session_id(unit.session_id)) \
         if target.review_root is not None and not dry_run else None
-    parsed = parse(unit, ParseContext(target.limits, sink, consumed_before or {}, review_dir=reviews))
-    return stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
-                        created_ms=created_ms, known_ids=known_ids, known_compactions=known_compactions,
-                        import_receipt=import_receipt, prior=prior)
+    try:
+        parsed = parse(unit, ParseContext(target.limits, sink, consumed_before or {}, reviews=reviews,
+                                          workspace=workspace))
+        staged = stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
+                              created_ms=created_ms, known_ids=known_ids, known_compactions=known_compactions,
+                              import_receipt=import_receipt, prior=prior)
+    except BaseException:
+        if reviews is not None:  # refused or failed: the snapshots it staged go at once
+            reviews.discard()
+        raise
+    staged.reviews = reviews
+    return staged
 
 
 def stage_parsed(
@@ -1235,6 +1251,8 @@ def publish(staged: StagedImport, *, faults: Faults = NO_FAULTS) -> None:
             raise
         staged.revisions_pre = end - sum(len(line) for line in staged.revision_lines)
         staged.revisions_end = end
+    if staged.reviews is not None:
+        staged.reviews.publish()
 
 
 def _publish_transcript(staged: StagedImport, faults: Faults) -> None:
@@ -1349,6 +1367,8 @@ def undo(staged: StagedImport) -> None:
     """Take back a published import whose index step failed (step 4). Never touches foreign bytes."""
     if staged.temp is not None:
         _unlink(staged.temp)
+    if staged.reviews is not None:
+        staged.reviews.discard()
     _undo_revisions(staged)
     if not staged.published:
         return

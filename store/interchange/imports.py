@@ -468,7 +468,8 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
                        known_ids=known_ids if row is not None else None,
                        known_compactions=known_compactions if row is not None else None,
                        import_receipt=receipts.file_record(receipt) if receipt is not None else None, prior=prior,
-                       consumed_before=marks, blob_budget=attachments.budget_bytes(conn))
+                       consumed_before=marks, blob_budget=attachments.budget_bytes(conn),
+                       workspace=row.get("projectPath") or None if row is not None else None)
     except Refused as exc:
         return PreparedImport(exc.report if exc.report is not None else report.refuse(exc.code, exc.message))
     except OSError as exc:

@@ -17,10 +17,12 @@ import pytest
 
 from store import attachments, review
 from store.attachments import AttachmentFiles
+from store.errors import IOFailure
+from store.interchange import imports
 from store.interchange.export import ExportOptions, export_session, export_to_new_file
-from store.interchange.import_write import ImportTarget
+from store.interchange.import_write import ImportTarget, publish, undo
 from store.interchange.importers import IMPORTERS
-from store.interchange.imports import import_unit
+from store.interchange.imports import import_unit, prepare_unit
 from store.jsonio import dumps_line
 from store.transcripts.transcript import TranscriptWriter, create_transcript
 from tests.export.test_export import PNG, SID, build_session
@@ -100,6 +102,8 @@ def test_attachment_and_review_bytes_come_over_verified_and_a_second_import_writ
     assert blob["sha256"] == png_sha() and blob["mimeType"] == "image/png" and blob["size"] == len(PNG)
     [snap] = [ln for ln in lines if ln["type"] == "review_snapshot"]
     assert "receipt" not in snap["snapshot"] and base64.b64decode(snap["beforeBase64"]) == BEFORE
+    # inside the session's workspace (/w/export): carried relative to it too, for a copy whose project is elsewhere
+    assert snap["snapshot"]["path"] == "/w/export/notes.md" and snap["snapshot"]["workspacePath"] == "notes.md"
 
     two = Host2(tmp_path / "two")
     try:
@@ -314,5 +318,82 @@ def test_an_empty_attachment_comes_over(host1: Any, tmp_path: Path) -> None:
         rep = two.load(lines)
         assert rep.status == "new" and not rep.skipped_blocks, rep.skipped_blocks
         assert two.files.path(empty).read_bytes() == b"" and two.evicted(rep.session_id) == set()
+    finally:
+        two.conn.close()
+
+
+def review_folders(two: Host2) -> list[str]:
+    """Every file and folder under the copy host's review-changes (relative), staged or not."""
+    top = two.root / "review-changes"
+    return sorted(str(p.relative_to(top)) for p in top.rglob("*")) if top.exists() else []
+
+
+def test_review_snapshots_are_staged_until_the_import_publishes_and_undo_takes_them_back(
+        host1: Any, tmp_path: Path) -> None:
+    lines, _ = export_lines(host1)
+    two = Host2(tmp_path / "two")
+    try:
+        out = two.root / "export.jsonl"
+        out.write_bytes(b"".join(dumps_line(ln) for ln in lines))
+        (unit,) = IMPORTERS["pi-host"].discover(out)
+        directory = two.root / "review-changes" / unit.session_id
+        prepared = prepare_unit(two.conn, unit, two.target, now_ms=NOW)
+        assert prepared.staged is not None and prepared.changed
+        assert review.list_snapshots(directory).items == []  # parsed and staged: no reader sees it yet
+        publish(prepared.staged)
+        [meta] = review.list_snapshots(directory).items
+        assert review.read_before(directory, meta) == BEFORE
+        undo(prepared.staged)  # the index step failed: the import is taken back, its snapshot with it
+        assert review_folders(two) == []
+    finally:
+        two.conn.close()
+
+
+def test_an_import_refused_after_its_review_lines_were_read_leaves_no_snapshot(host1: Any, tmp_path: Path) -> None:
+    lines, _ = export_lines(host1)
+    two = Host2(tmp_path / "two")
+    try:
+        rep = two.load([ln for ln in lines if ln["type"] in ("session", "session_info", "review_snapshot")])
+        assert rep.status == "refused" and rep.reason == "EMPTY_SESSION", rep.to_dict()
+        assert review_folders(two) == []
+    finally:
+        two.conn.close()
+
+
+def test_an_import_whose_index_step_fails_leaves_no_snapshot(host1: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    lines, _ = export_lines(host1)
+    two = Host2(tmp_path / "two")
+
+    def failing(*_: Any, **__: Any) -> None:
+        raise IOFailure("the index step failed")
+
+    monkeypatch.setattr(imports, "apply_index", failing)
+    try:
+        rep = two.load(lines)
+        assert rep.status == "refused" and rep.reason == "IO_ERROR", rep.to_dict()
+        assert review_folders(two) == [] and not two.target.transcript(rep.session_id).exists()
+    finally:
+        two.conn.close()
+
+
+def test_a_snapshot_outside_the_sessions_workspace_is_carried_with_its_absolute_path_only(
+        host1: Any, tmp_path: Path) -> None:
+    conn, _, _, directory = host1
+    outside = review.new_meta(snapshot_id="rv-" + "cd" * 16, session_id=SID, path="/w/exported/notes.md",
+                              tool_name="Write", tool_call_id="c2", message_id="m-asst", turn_id=None,
+                              before=None, after=AFTER, now_ms=NOW + 1, key=None)
+    review.write_snapshot(directory, outside, None)  # (a project moved after it was recorded)
+    lines, _ = export_lines(host1)
+    snaps = {ln["snapshot"]["snapshotId"]: ln["snapshot"] for ln in lines if ln["type"] == "review_snapshot"}
+    assert snaps["rv-" + "ab" * 16]["workspacePath"] == "notes.md"
+    assert "workspacePath" not in snaps["rv-" + "cd" * 16]
+    two = Host2(tmp_path / "two")
+    try:
+        rep = two.load(lines)
+        assert rep.status == "new" and not rep.skipped_blocks, rep.to_dict()
+        paths = {m["snapshotId"]: m["path"] for m in review.list_snapshots(
+            two.root / "review-changes" / rep.session_id).items}
+        assert paths == {"rv-" + "ab" * 16: "/w/export/notes.md", "rv-" + "cd" * 16: "/w/exported/notes.md"}
     finally:
         two.conn.close()

@@ -281,6 +281,27 @@ async def test_a_review_snapshot_cannot_leave_its_folder_or_land_in_another_sess
         await hst.usable(sid)
 
 
+async def test_a_review_snapshots_workspace_path_is_re_rooted_and_cannot_leave_the_workspace(tmp_path: Path) -> None:
+    """``workspacePath`` (a snapshot's path relative to the exporting session's workspace) is re-rooted on the
+    copy's workspace (a new copy's: the export's ``projectPath``); one that is absolute or climbs out of it is
+    an invalid line, never a path outside the workspace."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with host(tmp_path) as hst:
+        def rel(i: int, relative: Any) -> dict[str, Any]:
+            line = snapshot(rv(i), path="/elsewhere/notes.md")
+            return {**line, "snapshot": {**line["snapshot"], "workspacePath": relative}}
+
+        info = {"type": "session_info", "title": "hostile", "projectPath": str(workspace)}
+        bad = [rel(2, "../victim.txt"), rel(3, str(tmp_path / "victim.txt")), rel(4, ""), rel(5, "a/../.."),
+               rel(6, None), rel(7, ["notes.md"])]
+        rep = await hst.one([*base(), info, rel(1, "docs/notes.md"), *bad])
+        assert rep["status"] == "new" and skipped(rep) == {"review_snapshot(invalid)": len(bad)}, rep
+        [snap] = (await hst.c.call("review.list", {"sessionId": copy_id()}))["snapshots"]
+        assert snap["snapshotId"] == rv(1) and snap["path"] == str(workspace / "docs" / "notes.md"), snap
+        await hst.usable(copy_id())
+
+
 async def test_thousands_of_review_snapshots_stop_at_the_per_session_limit(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """1,200 snapshots and 3,000 lines past the limit: 1,000 stored, the rest counted; the folder is listed once

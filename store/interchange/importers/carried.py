@@ -9,8 +9,11 @@
   attachment budget (as ``attachments.importFile``), is not stored either.
 * ``review_snapshot`` lines: a review snapshot's ``meta.json`` (``snapshot``) and ``before`` bytes
   (``beforeBase64``, null when the tool created the file), checked against the hashes and sizes the snapshot
-  names, then written through the review store under the copy's session (``sessionId`` the copy's,
-  ``messageId`` namespaced as its messages are); a snapshot already there is left as it is.
+  names, then staged through the review store under the copy's session (``sessionId`` the copy's,
+  ``messageId`` namespaced as its messages are; :class:`store.review.StagedSnapshots`: published with the
+  import's lines, gone when it is refused or undone); a snapshot already there is left as it is. Its
+  ``workspacePath`` (its path relative to the exporting session's workspace) is re-rooted on the copy's
+  workspace; one that is not a relative path inside it is invalid. Without it the absolute ``path`` stays.
 
 Every blob the imported blocks refer to whose bytes are neither carried nor here is :attr:`BlobSink.lost`: the
 import records it evicted, so the copy's blocks say so at once, as a rebuilt index would
@@ -23,7 +26,7 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,9 +64,12 @@ class _Open:
 class CarriedLines:
     """One export file's ``blob`` and ``review_snapshot`` lines (see the module doc)."""
 
-    def __init__(self, ctx: ParseContext, sid: str, report: SessionReport) -> None:
+    def __init__(self, ctx: ParseContext, sid: str, report: SessionReport,
+                 workspace: Callable[[], str | None] = lambda: None) -> None:
         self.sink = ctx.blobs
-        self.review_dir = ctx.review_dir
+        self.reviews = ctx.reviews
+        self.workspace = workspace
+        """The copy's workspace root, asked when a snapshot names its ``workspacePath``."""
         self.sid = sid
         self.report = report
         self.refs: set[str] = set()
@@ -205,15 +211,23 @@ class CarriedLines:
         meta["sessionId"] = self.sid
         if isinstance(meta.get("messageId"), str) and meta["messageId"]:
             meta["messageId"] = join_id(self.sid, meta["messageId"])
-        for key in ("receipt", "restore"):
+        for key in ("receipt", "restore", "workspacePath"):
             meta.pop(key, None)
+        if "workspacePath" in snap:  # a path inside the exporting session's workspace: re-rooted on the copy's
+            root = self.workspace()
+            path = review.rerooted(root, snap["workspacePath"]) if root else None
+            if path is None and root:
+                self._count("review_snapshot(invalid)")
+                return
+            if path is not None:
+                meta["path"] = path
         if len(orjson.dumps(meta)) > MAX_REVIEW_META_BYTES:
             self._count("review_snapshot(invalid)")
             return
         self.reviews_seen += 1
-        directory = self.review_dir
-        if directory is None:
+        if self.reviews is None:
             return
+        directory = self.reviews.session_dir
         try:
             if review.load_meta(directory, meta["snapshotId"]) is not None:
                 return  # imported before: left as it is
@@ -225,8 +239,8 @@ class CarriedLines:
         if self.reviews_here >= MAX_REVIEW_SNAPSHOTS:
             self._count("review_snapshot(limit)")
             return
-        review.write_snapshot(directory, meta, before)
-        self.reviews_here += 1
+        if self.reviews.stage(meta, before):
+            self.reviews_here += 1
 
     # -- end of the file ----------------------------------------------------------------------------------
     def close(self) -> None:

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -57,6 +57,9 @@ from store.rules import MAX_BLOCKS_PER_MESSAGE as MAX_BLOCKS
 from store.rules import SESSION_ID_RE, WIRE_ID_RE
 from store.transcripts.records import ROLES, rfc3339_to_ms
 from store.upgrade.schema import MAX_SEQ
+
+if TYPE_CHECKING:
+    from store.review import StagedSnapshots
 
 __all__ = [
     "SOURCES",
@@ -312,9 +315,12 @@ class ParseContext:
     reports the file is given it as its ``mark`` (:meth:`mark`), so the file's earlier state is known from
     the parse's own read (``store.interchange.imports.earlier_states``)."""
 
-    review_dir: Path | None = None
-    """The session's ``review-changes/<sessionId>/``, where a pi-host export's ``review_snapshot`` lines are
-    written (None: verified only: a pure parse, a dry run)."""
+    reviews: StagedSnapshots | None = None
+    """Where a pi-host export's ``review_snapshot`` lines are staged, in the session's
+    ``review-changes/<sessionId>/`` (published with the import; None: verified only: a pure parse, a dry run)."""
+    workspace: str | None = None
+    """A re-import's: the workspace root of the copy the import writes into (a carried review snapshot's
+    ``workspacePath`` is re-rooted on it); None for a new copy, whose root is the export's ``projectPath``."""
 
     def mark(self, path: Path) -> int | None:
         return self.consumed_before.get(str(path))

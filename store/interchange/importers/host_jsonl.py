@@ -95,7 +95,7 @@ def _records(path: Path, sid: str, ctx: ParseContext, meta: SessionMeta, report:
                         mark=ctx.mark(path))
     seen: set[str] = set()
     hidden = _tombstoned(path, ctx)
-    carried = CarriedLines(ctx, sid, report)
+    carried = CarriedLines(ctx, sid, report, lambda: ctx.workspace if ctx.workspace is not None else meta.cwd)
     try:
         yield from _lines(path, reader, file, emitter, carried, hidden, seen, sid, meta, report, ctx, archived, turns)
     finally:
