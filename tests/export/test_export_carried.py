@@ -340,6 +340,8 @@ def test_review_snapshots_are_staged_until_the_import_publishes_and_undo_takes_t
         prepared = prepare_unit(two.conn, unit, two.target, now_ms=NOW)
         assert prepared.staged is not None and prepared.changed
         assert review.list_snapshots(directory).items == []  # parsed and staged: no reader sees it yet
+        # a kill here leaves what boot and doctor remove: a snapshot folder without its meta.json
+        assert review.unpublished_snapshots(two.root / "review-changes") == [directory / ("rv-" + "ab" * 16)]
         publish(prepared.staged)
         [meta] = review.list_snapshots(directory).items
         assert review.read_before(directory, meta) == BEFORE
