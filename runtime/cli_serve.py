@@ -29,7 +29,7 @@ from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
 from runtime.host import Shutdown, run_host
 from runtime.kernel.supervisor import RestartIntensityExceeded
 from runtime.logs import setup_logging
-from runtime.process import freeze_boot_objects, raise_fd_limit, tune_allocator
+from runtime.process import raise_fd_limit, tune_allocator
 from store.errors import StoreError
 
 __all__ = ["serve"]
@@ -41,6 +41,7 @@ def host_config(args: argparse.Namespace, data_dir: DataDir) -> HostConfig:
     """The host's configuration from ``pi-host serve``'s arguments."""
     return HostConfig(
         data_dir=data_dir,
+        freeze_boot=True,  # boot's survivors frozen once, before the read warm-up (runtime/host.py)
         host=args.host,
         port=args.port,
         allowed_origins=frozenset(args.allow_origin),
@@ -184,10 +185,6 @@ def _say_listening(running: Any, data_dir: DataDir) -> None:
     if recovered is not None:
         print(recovered, flush=True)
     log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
-    started = time.perf_counter()
-    frozen = freeze_boot_objects()  # boot's survivors live as long as the process: never walked again
-    log.info("boot objects frozen", extra={"objects": frozen,
-                                           "ms": round((time.perf_counter() - started) * 1000, 1)})
 
 
 def recovery_line(report: dict[str, Any]) -> str | None:

@@ -28,6 +28,10 @@ class HostConfig:
     session_batch_limit: int = 256
     read_pool_size: int = 12
     warm_reads: int = 12  # boot: the newest page of the last-updated session read this often (0: none)
+    # Boot's last steps: what boot left alive is collected and frozen (runtime.process.freeze_boot_objects, as
+    # `pi-host serve` sets it), then the read warm-up; the collection walks every object and left the
+    # warm-up's read path cold when it came after it (a first get over a warm one: 1.31x, 1.21x now; DESIGN.md).
+    freeze_boot: bool = False
     faults_spec: str | None = None
     audit_retention_days: int = 90
     # Boot keeps every quarantined copy of a corrupt index, not the newest few (diagnostics: chaos runs).

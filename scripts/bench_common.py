@@ -35,7 +35,6 @@ from actors.gateway_types import CallContext  # noqa: E402 - after the sys.path 
 from runtime.config import HostConfig  # noqa: E402 - after the sys.path setup above
 from runtime.datadir import DataDir  # noqa: E402 - after the sys.path setup above
 from runtime.host import RunningHost, run_host  # noqa: E402 - after the sys.path setup above
-from runtime.process import freeze_boot_objects  # noqa: E402 - after the sys.path setup above
 from store.fsutil import write_all  # noqa: E402 - after the sys.path setup above
 from store.indexing import index  # noqa: E402 - after the sys.path setup above
 from store.indexing.database import open_writer  # noqa: E402 - after the sys.path setup above
@@ -529,7 +528,7 @@ measures next, differently from run to run."""
 
 def host_config(root: Path, **overrides: Any) -> HostConfig:
     base: dict[str, Any] = dict(data_dir=DataDir(root), port=0, session_idle_timeout=3600.0, ask_timeout=300.0,
-                                integrity_sweep_interval=None)
+                                integrity_sweep_interval=None, freeze_boot=True)
     base.update(overrides)
     return HostConfig(**base)
 
@@ -538,14 +537,13 @@ def host_config(root: Path, **overrides: Any) -> HostConfig:
 async def inprocess_host(root: Path, **overrides: Any) -> AsyncIterator[RunningHost]:
     """The real host (boot, actors, gateway) inside this trio run; cleanly stopped on exit.
 
-    Once boot is done, the collector is set as ``pi-host serve`` sets it (``freeze_boot_objects``):
-    what is alive then is frozen, the youngest generation's threshold raised. Without it every full
-    collection walked the benchmark process's ~80,000 boot objects again (some 45 ms each, one every
-    few thousand appends, charged to whichever measured segment it fell in) and a young collection ran
-    every ~40 appends: CPU a served host does not spend."""
+    Boot sets the collector as ``pi-host serve`` has it (``HostConfig.freeze_boot``, before the read
+    warm-up: ``freeze_boot_objects``): what is alive then is frozen, the youngest generation's threshold
+    raised. Without it every full collection walked the benchmark process's ~80,000 boot objects again
+    (some 45 ms each, one every few thousand appends, charged to whichever measured segment it fell in)
+    and a young collection ran every ~40 appends: CPU a served host does not spend."""
     async with trio.open_nursery() as nursery:
         running: RunningHost = await nursery.start(run_host, host_config(root, **overrides))
-        freeze_boot_objects()
         try:
             yield running
         finally:
