@@ -243,7 +243,8 @@ def test_read_targets_print_their_bounds_from_this_run(report: dict[str, Any]) -
     windows = report["sections"]["windows"]
     for n, row in windows["figures"]["sessions"].items():
         for fig in ("freshHostFirstGetMs", "freshHostWarmGetMs", "freshHostWarmSpeedupVsParse",
-                    "freshProcessLaterSpeedupVsParse", "freshHostEmptyHopMs", "freshHostDecodeMs"):
+                    "freshProcessLaterSpeedupVsParse", "freshHostEmptyHopMs", "freshHostDecodeMs",
+                    "freshProcessRoundTripMs", "freshProcessClientDecodeMs"):
             _positive(row, fig)
         _quotient(row, "freshHostWarmSpeedupVsParse", "parseWholeFileMs", "freshHostWarmGetMs")
         _quotient(row, "freshProcessLaterSpeedupVsParse", "parseWholeFileMs", "freshProcessLaterGetMs")
@@ -251,7 +252,8 @@ def test_read_targets_print_their_bounds_from_this_run(report: dict[str, Any]) -
             _floor_shown(windows, f"fresh host first get (in-process), {n} msgs", row["freshHostWarmGetMs"],
                          row["freshHostWarmSpeedupVsParse"], row["freshHostEmptyHopMs"], row["freshHostDecodeMs"])
             _floor_shown(windows, f"fresh process first get over WebSocket, {n} msgs",
-                         row["freshProcessLaterSpeedupVsParse"])
+                         row["freshProcessLaterSpeedupVsParse"], row["freshProcessRoundTripMs"],
+                         row["freshProcessClientDecodeMs"])
     history = report["sections"]["history"]
     figs = history["figures"]
     for fig in ("inProcess.readFileBytesMs", "inProcess.readFileBytesRatioToParse",
