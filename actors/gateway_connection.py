@@ -17,12 +17,12 @@ Tasks per connection (all in one nursery inside one cancel scope):
 Every reply is encoded once (orjson bytes, which are the frame's payload as they
 are: ``gateway_outbound.send_text``; a pre-encoded ``session.get`` page is sent from
 its own bytes between the envelope's head and brace, never copied) and checked
-against the reply cap. A read's reply longer than ``REPLY_ON_LOOP`` (roughly counted,
-``protocol.jsonrpc.longer_than``: a whole session.context, a base64 file) is
-encoded in a worker thread (the connection's, one at a time), never on the trio
-loop; the request counts as in flight until then. Others (a mutation's summary, a
-small read) are encoded at once by the task that answered, without a thread hop;
-a batch's
+against the reply cap. A reply longer than ``REPLY_ON_LOOP`` (roughly counted,
+``protocol.jsonrpc.longer_than``: a whole session.context, a base64 file, a
+configSync.export bundle, a queued prompt) is encoded in a worker thread (the
+connection's, one at a time), never on the trio loop; the request counts as in
+flight until then. Short ones (an append's summary, a small read) are encoded at
+once by the task that answered, without a thread hop; a batch's
 replies are encoded as each entry completes and counted against the batch's
 budget (an entry past it is answered ``PAYLOAD_TOO_LARGE``), then sent as one
 array frame made of the pieces, never joined. A batch whose declared window
@@ -86,7 +86,7 @@ from protocol.jsonrpc import (
     valid_id,
 )
 from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
-from protocol.reply_budget import BatchRefused, batch_budgets, carries_content, declared_bytes
+from protocol.reply_budget import BatchRefused, batch_budgets, declared_bytes
 from store.errors import InvalidInput, StoreError
 from store.ids import validate_session_id
 from store.jsonio import IntegerOutOfRange, loads_strict
@@ -295,7 +295,9 @@ class GatewayConnection:
         self.on_authenticated: Callable[[GatewayConnection], str | None] | None = None
         self._pieces = 0  # encoded replies held by batches not yet complete (all of this connection's)
         self._pieces_freed = trio.Event()
-        self._encoder = trio.CapacityLimiter(1)  # the thread encoding this connection's long replies
+        self._encoder = trio.CapacityLimiter(1)  # the thread encoding this connection's long replies and events
+        self._encoding = 0  # long replies being encoded: a close after the queued frames waits for them
+        self._close_after: tuple[int, str] | None = None
         self._decoder = trio.CapacityLimiter(1)  # the thread decoding its long frames (one reader: one at a time)
         self.zero_copy_frames = 0
         self.direct_frames = 0  # of them, sent from the replying task (no hop to the writer)
@@ -363,7 +365,11 @@ class GatewayConnection:
         self._scope.cancel()
 
     def close_after_queued(self, code: int, reason: str) -> None:
-        """Send what is already queued (answers included), then close with ``code``."""
+        """Send what is already queued (answers included, and the long ones still being encoded), then
+        close with ``code``."""
+        if self._encoding:
+            self._close_after = (code, reason)  # queued once the last of them is
+            return
         if not self._out.offer(CloseAfter(code, reason)):
             self.close(code, reason)
 
@@ -662,7 +668,6 @@ class GatewayConnection:
         if budget is not None and isinstance(params, dict) and "maxBytes" not in params:
             params = {**params, "maxBytes": budget}  # this entry's share of the batch's reply budget
         reserved = declared_bytes(item.method, params)
-        content = carries_content(item.method)  # a read: its result may hold long transcript texts
         try:
             self._in_flight.acquire_nowait()  # the usual case: room, and no task switch for it
         except trio.WouldBlock:
@@ -692,7 +697,8 @@ class GatewayConnection:
             if isinstance(result, outcome.Value):
                 value = result.value
                 response = success(item.response_id, value)
-                if content and not isinstance(value, Encoded):
+                if not isinstance(value, Encoded):
+                    # a read's or a mutation's (configSync.export's bundle, a queue entry's prompt)
                     if longer_than(value, REPLY_ON_LOOP):
                         self._encode_off_loop(sink, index, response, release)
                         return
@@ -704,7 +710,7 @@ class GatewayConnection:
                 assert isinstance(result, outcome.Error)
                 response = error(item.response_id, result.error)
             release()
-            sink.put(index, None if item.is_notification else response, (), content=content)
+            sink.put(index, None if item.is_notification else response, ())
 
         assert self._ctx is not None
         try:
@@ -731,14 +737,21 @@ class GatewayConnection:
             nursery.start_soon(self._encode_then_put, sink, index, response, release)
         except RuntimeError:  # its nursery closed: the peer left, nobody reads the reply
             release()
+            return
+        self._encoding += 1
 
     async def _encode_then_put(self, sink: _Sink, index: int, response: dict[str, Any],
                                release: Callable[[], None]) -> None:
         try:
-            data = await trio.to_thread.run_sync(_encode_long, response, limiter=self._encoder)
+            try:
+                data = await trio.to_thread.run_sync(_encode_long, response, limiter=self._encoder)
+            finally:
+                release()
+            sink.put(index, response, (), encoded=data)
         finally:
-            release()
-        sink.put(index, response, (), encoded=data)
+            self._encoding -= 1
+            if not self._encoding and self._close_after is not None:
+                self.close_after_queued(*self._close_after)
 
     def _connection_call(self, call: Call, after: list[Callable[[], None]]) -> Any:
         if call.method == "host.hello":
