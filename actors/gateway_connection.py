@@ -102,11 +102,12 @@ _CONNECTION_METHODS = frozenset({"host.hello", "events.subscribe", "events.unsub
 _PLUGIN_TOPICS = frozenset({"settings.changed"})
 """What a plugin connection may subscribe to (its own namespace's events only: ``_plugin_scope``)."""
 REPLY_ON_LOOP = 64 * 1024
+"""A reply or an event of up to about this many characters is encoded on the trio loop (tens of microseconds);
+a longer one in a worker thread (a 16 MiB reply: ~7 ms of orjson, and the walk for its long strings)."""
 DECODE_ON_LOOP = 64 * 1024
 """A text frame of up to this many characters is decoded (strict JSON) on the trio loop; a longer one (up to
-the 4 MiB frame cap: ~10-40 ms of strict decoding) in a worker thread, its connection's reader waiting for it."""
-"""A read's reply of up to about this many characters is encoded on the trio loop (tens of microseconds);
-a longer one in a worker thread (a 16 MiB reply: ~7 ms of orjson, and the walk for its long strings)."""
+the 4 MiB frame cap: ~10-40 ms of strict decoding) in a worker thread, its connection's reader waiting for it;
+when it is longer than a quarter of the params cap, its params are measured there too (``_decode_long``)."""
 
 
 @dataclass
@@ -219,6 +220,17 @@ def _params_size(params: Any) -> int:
         return len(orjson.dumps(params))
     except (TypeError, orjson.JSONEncodeError):  # e.g. integers beyond 64 bits
         return len(json.dumps(params, ensure_ascii=False).encode("utf-8"))
+
+
+def _decode_long(message: str, measure: bool) -> tuple[Any, list[int | None] | None]:
+    """A long frame decoded (a worker thread's); with ``measure``, the UTF-8 length of each request's
+    params too (``_params_size``, in the frame's order: one for a single request, one per batch entry;
+    ``None`` where there is no request object), for the params cap."""
+    value = _decode(message)
+    if not measure:
+        return value, None
+    requests = value if isinstance(value, list) else [value]
+    return value, [_params_size(r.get("params")) if isinstance(r, dict) else None for r in requests]
 
 
 def _decode(message: str) -> Any:
@@ -590,18 +602,20 @@ class GatewayConnection:
             self._deliver_small(error_for_code(
                 None, RpcErrorCode.INVALID_REQUEST, "binary frames are not accepted; send JSON text"))
             return
+        # at most this many UTF-8 bytes (a text frame's length counts characters, up to 4 bytes each): the
+        # frame bounds the params only when this does not pass the cap
+        size = len(message) * 4
+        sizes: list[int | None] | None = None  # the params' lengths, measured with a long frame's decode
         try:
             if len(message) <= DECODE_ON_LOOP:
                 value = _decode(message)
             else:  # the reader waits for it (frames stay in order); the loop does not
-                value = await trio.to_thread.run_sync(_decode, message, limiter=self._decoder)
+                value, sizes = await trio.to_thread.run_sync(
+                    _decode_long, message, size > self._config.max_params_bytes, limiter=self._decoder)
         except (StoreError, RpcFailure) as exc:
             self._deliver_small(error(_id_of_refused(message, exc), exc))
             return
         parsed = parse_message(value, max_batch=self._config.max_batch)
-        # at most this many UTF-8 bytes (a text frame's length counts characters, up to 4 bytes each): the
-        # frame bounds the params only when this does not pass the cap
-        size = len(message) * 4
         if isinstance(parsed, list):
             await self._rate.take(len(parsed))
             calls = [(item.method, item.params) if isinstance(item, Call) else ("", None) for item in parsed]
@@ -613,10 +627,12 @@ class GatewayConnection:
             sink: _Sink = _BatchSink(self, len(parsed), self._config.max_batch_reply_bytes)
             last = len(parsed) - 1
             for index, item in enumerate(parsed):
-                await self._start(item, sink, index, size, more=index < last, budget=budgets[index])
+                await self._start(item, sink, index, size, more=index < last, budget=budgets[index],
+                                  params_size=sizes[index] if sizes else None)
         else:
             await self._rate.take(1)
-            await self._start(parsed, _SingleSink(self), 0, size, more=False, budget=None)
+            await self._start(parsed, _SingleSink(self), 0, size, more=False, budget=None,
+                              params_size=sizes[0] if sizes else None)
 
     def _refuse_batch(self, items: list[Item], exc: BatchRefused) -> None:
         """The whole batch is answered PAYLOAD_TOO_LARGE (each request by its id); nothing ran."""
@@ -629,7 +645,7 @@ class GatewayConnection:
             sink.put(index, error_for_code(request_id, RpcErrorCode.PAYLOAD_TOO_LARGE, exc.message, exc.data), ())
 
     async def _start(self, item: Item, sink: _Sink, index: int, frame_size: int, *, more: bool,
-                     budget: int | None) -> None:
+                     budget: int | None, params_size: int | None = None) -> None:
         if isinstance(item, Invalid):
             sink.put(index, error_for_code(item.id, RpcErrorCode.INVALID_REQUEST, item.reason), ())
             return
@@ -649,7 +665,7 @@ class GatewayConnection:
                 {"errors": [{"loc": "", "msg": "params must be an object", "type": "dict_type"}]}), ())
             return
         limit = self._config.max_params_bytes
-        if frame_size > limit and _params_size(item.params) > limit:
+        if frame_size > limit and (_params_size(item.params) if params_size is None else params_size) > limit:
             response = error_for_code(
                 item.response_id, RpcErrorCode.PAYLOAD_TOO_LARGE, f"params exceed {limit} bytes", {"limit": limit}
             )

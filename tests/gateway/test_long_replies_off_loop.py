@@ -1,9 +1,12 @@
-"""A long mutation reply is encoded off the trio loop.
+"""A long mutation reply and a long frame's params measure stay off the trio loop.
 
 The never-block-the-loop audit found a mutation's reply encoded by the task that answered, whatever its length
 (``configSync.export``'s bundle of several MiB of base64: ~3.4 ms; ``session.queuePush`` / ``queueTake``
 answers carrying a prompt of up to 1 MB). A reply longer than ``REPLY_ON_LOOP``, a read's or a mutation's, is
 now encoded in the connection's worker thread; short ones are encoded at once, without a thread hop.
+
+A request frame longer than a quarter of the params cap had its params measured with orjson on the loop
+(~1.3 ms for 2 MB, ~5 ms at the host's 8 MiB cap): they are now measured in the thread that decodes the frame.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import pytest
 import trio
 
 from actors import gateway_connection
-from runtime.client import HostClient
-from tests.hostkit import client_for, inprocess_host
+from runtime.client import HostClient, RpcError
+from tests.hostkit import client_for, inprocess_host, msg
 from tests.threadkit import on_trio_thread
 
 PROMPT = ("queued é \"q\"\n\u2028 " * 60_000)[:900_000]  # escapes and non-ASCII throughout
@@ -49,3 +52,28 @@ async def test_a_long_mutation_reply_is_encoded_in_a_worker_thread_and_a_short_o
     short_ones = [on_trio for size, on_trio in seen if size < 64 * 1024]
     assert long_ones == [False], seen  # the long push's answer, in a worker thread
     assert len(short_ones) == 3 and all(short_ones), seen  # hello, create, the short push: on the loop
+
+
+async def test_a_long_frames_params_are_measured_in_a_worker_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    measured: list[tuple[int, bool]] = []
+    params_size = gateway_connection._params_size
+
+    def params_size_seen(params: Any) -> int:
+        size = params_size(params)
+        measured.append((size, on_trio_thread()))
+        return size
+
+    monkeypatch.setattr(gateway_connection, "_params_size", params_size_seen)
+    text = "x" * 600_000  # a frame longer than a quarter of the params cap: its params are measured
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data", max_params_bytes=1_000_000) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "params"}))["id"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("one", text)})
+            with pytest.raises(RpcError) as refused:
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg("over", text * 2)})
+            got = await c.call("session.get", {"sessionId": sid})
+    assert refused.value.data_code == "PAYLOAD_TOO_LARGE"
+    assert [m["id"] for m in got["messages"]] == ["one"]
+    assert len(measured) == 2 and not any(on_trio for _, on_trio in measured), measured
+    assert measured[1][0] > 1_000_000 > measured[0][0]
