@@ -58,6 +58,7 @@ __all__ = [
     "Event",
     "EventBus",
     "EventBusStatistics",
+    "EventWire",
     "Subscription",
     "SubscriptionStatistics",
     "CursorExpired",
@@ -111,6 +112,21 @@ class InvalidTopics(ValueError):
         self.data: dict[str, Any] = {}
 
 
+class EventWire:
+    """One event's encoding, shared by every subscriber of every connection (the gateway's: a long
+    event's ``data`` is encoded once, in a worker thread, not once per subscriber on the trio loop)."""
+
+    __slots__ = ("long", "data", "ready")
+
+    def __init__(self) -> None:
+        self.long: bool | None = None
+        """Whether ``data`` is long enough to be encoded off the trio loop (``None``: not looked at yet)."""
+        self.data: bytes | None = None
+        """``data`` as JSON once encoded (``b""``: it holds something JSON cannot)."""
+        self.ready: trio.Event | None = None
+        """Set when the encoding under way ended (``data`` stays ``None`` if it was cancelled)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     cursor: int
@@ -121,6 +137,7 @@ class Event:
     """Transient events only: the coalescing key (not numbered, never replayed)."""
     size: int = 0
     """What the event weighs in the backlog's byte bound (numbered events)."""
+    wire: EventWire = field(default_factory=EventWire, compare=False, repr=False)
 
     @property
     def transient(self) -> bool:

@@ -12,7 +12,9 @@ Tasks per connection (all in one nursery inside one cancel scope):
   frame with nothing queued or being sent before it goes to the socket from
   the task that answered (``deliver``: no hop to the writer and back), and
   the writer only finishes what the socket did not take at once;
-- one *pump* per event subscription, forwarding bus events as notifications.
+- one *pump* per event subscription, forwarding bus events as notifications (a
+  long event's data encoded once for every subscriber, in a worker thread:
+  ``_event_frame``).
 
 Every reply is encoded once (orjson bytes, which are the frame's payload as they
 are: ``gateway_outbound.send_text``; a pre-encoded ``session.get`` page is sent from
@@ -75,6 +77,7 @@ from protocol.jsonrpc import (
     Invalid,
     Item,
     RequestId,
+    dumps_content,
     encode,
     encoded_parts,
     error,
@@ -213,6 +216,14 @@ def trim(data: bytes) -> bytes:
 def _encode_long(response: dict[str, Any]) -> bytes:
     """A long read's reply as :meth:`GatewayConnection.encode_reply` encodes it, trimmed (a worker thread's)."""
     return trim(encode(response, big_strings=True))
+
+
+def _encode_event_data(data: Any) -> bytes:
+    """A long event's ``data`` as JSON, trimmed (a worker thread's); ``b""`` if it holds what JSON cannot."""
+    try:
+        return trim(dumps_content(data))
+    except (TypeError, orjson.JSONEncodeError):
+        return b""
 
 
 def _params_size(params: Any) -> int:
@@ -834,24 +845,55 @@ class GatewayConnection:
                 try:
                     while True:
                         event = await sub.receive()
-                        params: dict[str, Any] = {
-                            "topic": event.topic,
-                            "cursor": event.cursor,
-                            "subscriptionId": sub_id,
-                            "data": event.data,
-                        }
-                        if event.session_id is not None:
-                            params["sessionId"] = event.session_id
-                        if event.transient:
-                            params["transient"] = True
                         await self._wait_event_room()
-                        data = trim(self._encode_event(params))
-                        self.deliver(Frame((data,), len(data)))
+                        chunks = await self._event_frame(event, sub_id)
+                        self.deliver(Frame(chunks, sum(len(c) for c in chunks)))
                 except trio.EndOfChannel:
                     pass
                 except SubscriberOverflow:
                     self._overflowed(sub)
                 watch.cancel_scope.cancel()
+
+    async def _event_frame(self, event: Event, sub_id: str) -> tuple[bytes, ...]:
+        """The event's notification for this subscription. A long one's ``data`` (a queue of long prompts)
+        is encoded once for every subscriber, in a worker thread (:func:`_encode_event_data`, shared through
+        ``event.wire``), and sent as the middle piece of the frame (not copied); a short one is encoded here
+        at once, no thread hop."""
+        params: dict[str, Any] = {"topic": event.topic, "cursor": event.cursor, "subscriptionId": sub_id}
+        if event.session_id is not None:
+            params["sessionId"] = event.session_id
+        if event.transient:
+            params["transient"] = True
+        wire = event.wire
+        if wire.long is None:
+            wire.long = longer_than(event.data, REPLY_ON_LOOP)
+        if not wire.long:
+            params["data"] = event.data
+            return (trim(self._encode_event(params)),)
+        data = await self._event_data(event)
+        if not data:
+            logger.error("event %s (cursor %s) has unserializable data", event.topic, event.cursor)
+            params["data"] = {"error": RpcErrorCode.INTERNAL, "message": "event data could not be serialized"}
+            return (trim(orjson.dumps(notification("event", params))),)
+        head = orjson.dumps(notification("event", params))
+        return head[:-2] + b',"data":', data, b"}}"
+
+    async def _event_data(self, event: Event) -> bytes:
+        """``event.data`` as JSON, encoded by the first subscriber that needs it (in this connection's worker
+        thread); the others wait for it."""
+        wire = event.wire
+        while wire.data is None:
+            if wire.ready is not None:
+                await wire.ready.wait()
+                continue
+            ready = wire.ready = trio.Event()
+            try:
+                wire.data = await trio.to_thread.run_sync(_encode_event_data, event.data, limiter=self._encoder)
+            finally:
+                if wire.data is None:  # cancelled before its thread started: the next subscriber encodes it
+                    wire.ready = None
+                ready.set()
+        return wire.data
 
     def _encode_event(self, params: dict[str, Any]) -> bytes:
         try:

@@ -37,6 +37,7 @@ __all__ = [
     "encode_batch",
     "encoded_parts",
     "json_size_upto",
+    "dumps_content",
     "dumps_long_string",
     "loads_large",
     "longer_than",
@@ -325,6 +326,12 @@ def _big_strings_as_fragments(value: Any) -> Any:
                 items[i] = new
         return value if items is None else items
     return value
+
+
+def dumps_content(value: Any) -> bytes:
+    """``orjson.dumps(value)``, its strings longer than :data:`BIG_STRING` encoded one by one (as
+    :func:`encode` with ``big_strings``); raises what orjson raises."""
+    return orjson.dumps(_big_strings_as_fragments(value))
 
 
 def encode(response: dict[str, Any], *, big_strings: bool = False) -> bytes:

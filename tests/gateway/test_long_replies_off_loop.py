@@ -1,12 +1,16 @@
-"""A long mutation reply and a long frame's params measure stay off the trio loop.
+"""Long mutation replies, long events and a long frame's params measure stay off the trio loop.
 
-The never-block-the-loop audit found a mutation's reply encoded by the task that answered, whatever its length
-(``configSync.export``'s bundle of several MiB of base64: ~3.4 ms; ``session.queuePush`` / ``queueTake``
-answers carrying a prompt of up to 1 MB). A reply longer than ``REPLY_ON_LOOP``, a read's or a mutation's, is
-now encoded in the connection's worker thread; short ones are encoded at once, without a thread hop.
-
-A request frame longer than a quarter of the params cap had its params measured with orjson on the loop
-(~1.3 ms for 2 MB, ~5 ms at the host's 8 MiB cap): they are now measured in the thread that decodes the frame.
+The never-block-the-loop audit found three pieces of work that grow with a payload still on the trio loop:
+- a mutation's reply was encoded by the task that answered, whatever its length (``configSync.export``'s
+  bundle of several MiB of base64: ~3.4 ms; ``session.queuePush`` / ``queueTake`` answers carrying a prompt
+  of up to 1 MB);
+- an event notification was encoded in each subscriber's pump, once per subscriber (a ``session.queue``
+  event holds every entry's prompt: 8 prompts of 1 MB, ~5.4 ms per subscriber);
+- a request frame longer than a quarter of the params cap had its params measured with orjson on the loop
+  (~1.3 ms for 2 MB).
+A reply or an event longer than ``REPLY_ON_LOOP`` is now encoded in the connection's worker thread (an event
+once for all its subscribers); a long frame's params are measured in the thread that decodes it. Short ones
+are encoded at once, without a thread hop.
 """
 
 from __future__ import annotations
@@ -52,6 +56,44 @@ async def test_a_long_mutation_reply_is_encoded_in_a_worker_thread_and_a_short_o
     short_ones = [on_trio for size, on_trio in seen if size < 64 * 1024]
     assert long_ones == [False], seen  # the long push's answer, in a worker thread
     assert len(short_ones) == 3 and all(short_ones), seen  # hello, create, the short push: on the loop
+
+
+async def test_a_long_event_is_encoded_once_for_every_subscriber_in_a_worker_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[int, bool]] = []  # each event notification encoded whole: its length, on the loop?
+    data_encodes: list[bool] = []  # each long event's data encoded once: on the loop?
+    encode_event = gateway_connection.GatewayConnection._encode_event
+    encode_data = getattr(gateway_connection, "_encode_event_data", None)
+
+    def encode_event_seen(self: gateway_connection.GatewayConnection, params: dict[str, Any]) -> bytes:
+        data = encode_event(self, params)
+        events.append((len(data), on_trio_thread()))
+        return data
+
+    def encode_data_seen(data: Any) -> bytes:
+        data_encodes.append(on_trio_thread())
+        assert encode_data is not None
+        return encode_data(data)
+
+    monkeypatch.setattr(gateway_connection.GatewayConnection, "_encode_event", encode_event_seen)
+    monkeypatch.setattr(gateway_connection, "_encode_event_data", encode_data_seen, raising=False)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "one") as a, \
+                client_for(host, "two") as b:
+            sid = (await a.call("session.create", {"title": "queue"}))["id"]
+            for c in (a, b):
+                await c.subscribe(["session.queue"], session_id=sid)
+            await _push(a, sid, "short")
+            await _push(a, sid, PROMPT)
+            got = {}
+            for c in (a, b):
+                short, long = await c.next_event(), await c.next_event()
+                assert [e["content"] for e in short.data["entries"]] == ["short"]
+                got[c] = [e["content"] for e in long.data["entries"]]
+                assert long.topic == "session.queue" and long.session_id == sid and long.cursor > short.cursor
+    assert list(got.values()) == [["short", PROMPT]] * 2
+    assert data_encodes == [False]  # once for both subscribers, in a worker thread
+    assert len(events) == 2 and all(on_trio and size < 64 * 1024 for size, on_trio in events), events
 
 
 async def test_a_long_frames_params_are_measured_in_a_worker_thread(
