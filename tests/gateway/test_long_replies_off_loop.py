@@ -15,11 +15,13 @@ are encoded at once, without a thread hop.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from actors import gateway_connection
 from runtime.client import HostClient, RpcError
@@ -119,3 +121,34 @@ async def test_a_long_frames_params_are_measured_in_a_worker_thread(
     assert [m["id"] for m in got["messages"]] == ["one"]
     assert len(measured) == 2 and not any(on_trio for _, on_trio in measured), measured
     assert measured[1][0] > 1_000_000 > measured[0][0]
+
+
+async def test_a_close_after_the_queued_replies_waits_for_a_long_one_still_being_encoded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's stop closes each connection once what is queued was sent (``close_after_queued``); a long
+    answer still in its worker thread then is sent before the close, not dropped (the client would have to
+    ask again for a write that took effect)."""
+    started, go = threading.Event(), threading.Event()
+    encode_long = gateway_connection._encode_long
+
+    def encode_held(response: dict[str, Any]) -> bytes:
+        started.set()
+        go.wait(30)
+        return encode_long(response)
+
+    monkeypatch.setattr(gateway_connection, "_encode_long", encode_held)
+    answers: list[dict[str, Any]] = []
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"title": "queue"}))["id"]
+
+            async def push() -> None:
+                answers.append(await _push(c, sid, PROMPT))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(push)
+                await trio.to_thread.run_sync(started.wait, 30)
+                host.gateway.close_connections(1001, "the host is shutting down")
+                await trio.testing.wait_all_tasks_blocked()  # the close went out first unless it waits
+                go.set()
+    assert [a["entry"]["content"] for a in answers] == [PROMPT]
