@@ -71,7 +71,7 @@ from typing import Any
 from store.compaction import normalize_on_read, split_valid
 from store.ids import remapped_message_id
 from store.revisions import family_of, live_stamps, stamp_of
-from store.snapshots import load_snapshot
+from store.snapshots import input_digest_of, load_snapshot
 from store.transcripts.records import blocks_of, extract_text, meta_of
 
 CONTEXT_BLOCK_TYPES = ("text", "tool_call", "attachment")
@@ -201,16 +201,27 @@ def latest_turn_context(
     """
     by_turn = turn_positions(records)
     by_message = {rec["id"]: i for i, rec in enumerate(records)}
+
+    def input_at(input_id: str, digest: Any) -> int:
+        """The position of the live message that *is* the bound input (as sent or in its D444 spelling): the
+        same id and the same normalized input (``session.verifyEnvironment``'s test). An edit that reused the
+        id holds other words: the turn ran on the archived message, not on it."""
+        for mid in (input_id, remapped_message_id(session_id, input_id)):
+            i = by_message.get(mid, -1)
+            if i >= 0 and input_digest_of(input_id, records[i]) == digest:
+                return i
+        return -1
+
     best: tuple[int, int, str] | None = None
-    for turn_id, status, started_at, input_id in conn.execute(
+    for turn_id, status, started_at, input_id, digest in conn.execute(
         "SELECT t.id, t.status, t.started_at, "
-        "CASE WHEN json_valid(r.input_json) THEN json_extract(r.input_json, '$.messageId') END "
+        "CASE WHEN json_valid(r.input_json) THEN json_extract(r.input_json, '$.messageId') END, r.input_digest "
         "FROM turns t JOIN run_snapshots r ON r.turn_id = t.id WHERE t.session_id = ?",
         (session_id,),
     ):
         at = by_turn.get(turn_id, -1)
-        if isinstance(input_id, str):  # the bound input, as sent or in its D444 spelling
-            at = max(at, by_message.get(input_id, -1), by_message.get(remapped_message_id(session_id, input_id), -1))
+        if isinstance(input_id, str):  # the bound input
+            at = max(at, input_at(input_id, digest))
         if status == "running":
             at = len(records)
         if at < 0:

@@ -55,10 +55,12 @@ async def context(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey |
         }, live.messages
 
     def finish(conn: Any, result: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+        # "... plus the latest Turn context" (seed 000 §4): the newest active-branch turn's snapshot (first: it
+        # compares the records' blocks as the transcript holds them, before any read-side mark)
+        turn_context = latest_turn_context(conn, sid, records)
         # a block whose blob was evicted reads back marked, as in session.get (seed 000 §2.3)
         mark_evicted_blocks(conn, result)
-        # "... plus the latest Turn context" (seed 000 §4): the newest active-branch turn's snapshot
-        result["turnContext"] = latest_turn_context(conn, sid, records)
+        result["turnContext"] = turn_context
         return result
 
     result, records = await ctx.io(build)

@@ -1,11 +1,11 @@
 """Seed 000 probed from a user's side: black-box checks over the WebSocket gateway of real ``pi-host serve``
 processes, aimed at what the other seed 000 outsider modules leave open — tombstones against every read (search,
 exports and the bytes they carry, a fork, a final reply landing on a deleted reservation, an index rebuilt from
-the files), compaction checkpoints whose boundary messages are tombstoned, the approval and question lifecycle
-(who may decide, answers outside a question's shape, a deadline already past, a restart in between), and what a
-reader sees of an evicted attachment. Each test quotes the sentence it checks. Tests that need no restart share
-one host (their sessions, search words and request ids are their own); the others start their own and SIGKILL
-it."""
+the files), compaction checkpoints whose boundary messages are tombstoned, the latest Turn context after an edit
+that reuses the prompt's id, the approval and question lifecycle (who may decide, answers outside a question's
+shape, a deadline already past, a restart in between), and what a reader sees of an evicted attachment. Each
+test quotes the sentence it checks. Tests that need no restart share one host (their sessions, search words and
+request ids are their own); the others start their own and SIGKILL it."""
 
 from __future__ import annotations
 
@@ -244,6 +244,57 @@ async def test_compaction_tombstones_and_branches_derive_the_same_context_and_tr
         async with real_host(data) as (_proc, c):
             assert await c.call("session.context", {"sessionId": sid}) == context
             assert await c.call("session.tree", {"sessionId": sid}) == tree
+
+
+# ------------------------------------------------------------------------------ latest Turn context (§4)
+
+async def test_an_edit_that_reuses_the_prompt_id_leaves_the_turn_that_ran_on_the_old_prompt_behind(
+        shared: HostProcess) -> None:
+    """Seed 000 §4: "buildSessionContext ... produces provider-neutral messages plus the latest Turn context",
+    and README: the latest is the newest turn "on the active branch"; a turn is on it "while a live transcript
+    message carries its turnId or is its bound input"; "A turn left only on an archived branch (regenerate,
+    edit, session.activateRevision) is not it." The user edits the prompt of turn T2 under the same id (README:
+    "the edited message either reuses the id ..."): T2's prompt and reply are archived, the live message of
+    that id holds other words (``session.verifyEnvironment`` calls T2's input drifted), so the latest Turn
+    context is T1's, until a turn runs on the edited prompt. A regenerate keeps T2's prompt live: still T2."""
+    with trio.fail_after(60):
+        async with client(shared, "ui-tc") as ui, client(shared, "sidecar-tc", "agent") as sc:
+            sid = await new_session(ui)
+
+            async def turn(turn_id: str, prompt_id: str, text: str, reply_id: str) -> None:
+                await say(ui, sid, prompt_id, text)
+                await sc.call("session.startTurn", {
+                    "sessionId": sid, "turnId": turn_id,
+                    "environment": {"version": 1, "systemPrompt": f"prompt of {turn_id}"},
+                    "input": {"messageId": prompt_id, "blocks": [{"type": "text", "text": text}]}})
+                await sc.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                    reply_id, f"reply of {turn_id}", role="assistant", turnId=turn_id)})
+                await sc.call("session.endTurn", {"sessionId": sid, "turnId": turn_id, "status": "completed"})
+
+            async def latest() -> str | None:
+                found = (await ui.call("session.context", {"sessionId": sid}))["turnContext"]
+                return None if found is None else str(found["turnId"])
+
+            await turn("tc-T1", "tc-u1", "first prompt", "tc-a1")
+            await turn("tc-T2", "tc-u2", "second prompt", "tc-a2")
+            assert await latest() == "tc-T2"
+            await ui.call("session.truncateFrom", {"sessionId": sid, "messageId": "tc-a2", "mode": "regenerate"})
+            assert await latest() == "tc-T2"  # its prompt is still live
+            await ui.call("session.truncateFrom", {"sessionId": sid, "messageId": "tc-u2", "mode": "edit"})
+            assert await latest() == "tc-T1"
+            await say(ui, sid, "tc-u2", "second prompt, edited")
+            assert await code_of(ui, "session.verifyEnvironment",
+                                 {"sessionId": sid, "turnId": "tc-T2"}) == "ENVIRONMENT_DRIFT"
+            assert await latest() == "tc-T1"
+            await ui.call("session.deleteMessage", {"sessionId": sid, "messageId": "tc-a1"})
+            assert await latest() == "tc-T1"  # "(tombstoned or not)"
+            await sc.call("session.startTurn", {
+                "sessionId": sid, "turnId": "tc-T3", "environment": {"version": 1, "systemPrompt": "third"},
+                "input": {"messageId": "tc-u2", "blocks": [{"type": "text", "text": "second prompt, edited"}]}})
+            await sc.call("session.endTurn", {"sessionId": sid, "turnId": "tc-T3", "status": "completed"})
+            assert await latest() == "tc-T3"  # bound to the live prompt, no reply yet
+            await ui.call("session.activateRevision", {"sessionId": sid, "rootUserId": "tc-u2", "revisionIndex": 1})
+            assert await latest() == "tc-T2"  # T2's branch is live again
 
 
 # ------------------------------------------------------------------- approvals and interactions (§2)
