@@ -571,7 +571,31 @@ def plan_switch(sid: str, live: LiveTranscript, rpos: int, rf: RevisionFile, fam
     new_msgs = list(merged.values())
     archives += dropped_branches(refs, live.messages, new_msgs, {(family, live_idx)}, turns)
     shown = hidden & ({msg["id"] for msg in restored} | {str(c["id"]) for c in descent.compactions})
+    _settle_deletions(live_branch, live_deleted, restored, descent, shown)
     return Switch(archives, new_msgs, [msg["id"] for msg in restored], shown, descent)
+
+
+def _settle_deletions(live_branch: Sequence[Mapping[str, Any]], live_deleted: set[str],
+                      restored: Sequence[Mapping[str, Any]], descent: Descent, shown: set[str]) -> None:
+    """Seed 000 §3.3: a tombstone is one node's. A restored message with the id of one leaving the transcript
+    is the same node when it holds the same content (the prompt both replies of a regenerate share): its
+    deletion state is the one it has now, not the one stored when its branch left (a restore since then
+    stays). Holding other content (an edit that reused the id), it is another node: the leaving one's
+    tombstone is not its own (dropped: ``shown``), and it comes back as its branch stored it.
+    Updates ``descent.deleted`` (the tombstones written again) and ``shown`` in place."""
+    leaving = {str(msg["id"]): msg for msg in live_branch}
+    for rec in restored:
+        mid = str(rec["id"])
+        twin = leaving.get(mid)
+        if twin is None:
+            continue
+        if (twin.get("role"), twin.get("blocks")) == (rec.get("role"), rec.get("blocks")):
+            if mid in live_deleted:
+                descent.deleted.add(mid)
+            else:
+                descent.deleted.discard(mid)
+        elif mid in live_deleted and mid not in descent.deleted:
+            shown.add(mid)
 
 
 @dataclass

@@ -200,6 +200,66 @@ async def test_a_keyed_tombstone_retried_after_a_restore_answers_and_deletes_not
             assert await hits(c, "wombat") == [(sid, "k-u1")]
 
 
+async def test_deleting_an_edited_prompt_does_not_hide_the_original_it_replaced(tmp_path: Path) -> None:
+    """Seed 000 §3.2: "Editing a user message appends a sibling under the original parent" and §3.3 "A message
+    tombstone sets payload.deleted = true": the tombstone is the node's, not every node's of that id. The user
+    edits a prompt under the same id (README: "the edited message either reuses the id ..."), then deletes the
+    edited prompt. Switching back to the original branch shows the original prompt as it was — visible, in the
+    context, found by search; switching to the edited branch again shows the edited prompt still deleted; and
+    both read the same after a SIGKILL."""
+    data = data_dir(tmp_path)
+    with trio.fail_after(60):
+        async with real_host(data) as (_proc, c):
+            sid = await new_session(c)
+            await say(c, sid, "d-x1", "first prompt")
+            await say(c, sid, "d-y1", "first reply", "assistant")
+            await say(c, sid, "d-x2", "original narwhalprompt")
+            await say(c, sid, "d-y2", "original reply", "assistant")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "d-x2", "mode": "edit"})
+            await say(c, sid, "d-x2", "edited belugaprompt")
+            await say(c, sid, "d-y2e", "edited reply", "assistant")
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "d-x2"})
+            assert await ctx_ids(c, sid) == ["d-x1", "d-y1", "d-y2e"]
+
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "d-x2", "revisionIndex": 1})
+            original = [("d-x1", False), ("d-y1", False), ("d-x2", False), ("d-y2", False)]
+            assert await window(c, sid) == original
+            assert await ctx_ids(c, sid) == ["d-x1", "d-y1", "d-x2", "d-y2"]
+            assert await hits(c, "narwhalprompt") == [(sid, "d-x2")]
+            nodes = {n["id"]: n for n in (await c.call("session.tree", {"sessionId": sid}))["nodes"]}
+            assert nodes["d-x2"]["active"] and not nodes["d-x2"]["deleted"]
+            assert nodes["rev:d-x2:2:d-x2"]["deleted"]  # the edited prompt, archived, keeps its tombstone
+
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "d-x2", "revisionIndex": 2})
+            assert await window(c, sid) == [("d-x1", False), ("d-y1", False), ("d-x2", True), ("d-y2e", False)]
+            assert await hits(c, "belugaprompt") == []
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "d-x2", "revisionIndex": 1})
+        async with real_host(data) as (_proc, c):
+            assert await window(c, sid) == original
+            assert await hits(c, "narwhalprompt") == [(sid, "d-x2")]
+
+
+async def test_a_deleted_prompt_stays_deleted_across_its_replies_branches(shared: HostProcess) -> None:
+    """Seed 000 §3.2: "Regeneration appends a new assistant branch under the user message" — one prompt, two
+    replies. §3.3: the prompt's tombstone hides that one node; deleted after the regenerate, it stays deleted
+    whichever reply branch is shown (the two branches share it), and restoring it shows it on both."""
+    with trio.fail_after(60):
+        async with client(shared, "ui-rg") as c:
+            sid = await new_session(c)
+            await say(c, sid, "g-u1", "a prompt")
+            await say(c, sid, "g-a1", "reply one", "assistant")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "g-a1", "mode": "regenerate"})
+            await say(c, sid, "g-a2", "reply two", "assistant")
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "g-u1"})
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "g-u1", "revisionIndex": 1})
+            assert await window(c, sid) == [("g-u1", True), ("g-a1", False)]
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "g-u1", "revisionIndex": 2})
+            assert await window(c, sid) == [("g-u1", True), ("g-a2", False)]
+            await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "g-u1"})
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "g-u1", "revisionIndex": 1})
+            assert await window(c, sid) == [("g-u1", False), ("g-a1", False)]
+
+
 # ---------------------------------------------------------- compaction x tombstones x tree, restart (§3, §4)
 
 async def test_compaction_tombstones_and_branches_derive_the_same_context_and_tree_after_a_lost_index(
