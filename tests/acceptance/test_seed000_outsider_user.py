@@ -234,9 +234,21 @@ async def test_deleting_an_edited_prompt_does_not_hide_the_original_it_replaced(
             assert await window(c, sid) == [("d-x1", False), ("d-y1", False), ("d-x2", True), ("d-y2e", False)]
             assert await hits(c, "belugaprompt") == []
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "d-x2", "revisionIndex": 1})
+
+            # the mirror: the original deleted before the edit stays deleted on its branch, the edit does not
+            mirror = await new_session(c)
+            await say(c, mirror, "d-p", "original prompt")
+            await c.call("session.deleteMessage", {"sessionId": mirror, "messageId": "d-p"})
+            await c.call("session.truncateFrom", {"sessionId": mirror, "messageId": "d-p", "mode": "edit"})
+            await say(c, mirror, "d-p", "edited prompt")
+            await c.call("session.activateRevision", {"sessionId": mirror, "rootUserId": "d-p", "revisionIndex": 1})
+            assert await window(c, mirror) == [("d-p", True)]
+            await c.call("session.activateRevision", {"sessionId": mirror, "rootUserId": "d-p", "revisionIndex": 2})
+            assert await window(c, mirror) == [("d-p", False)]
         async with real_host(data) as (_proc, c):
             assert await window(c, sid) == original
             assert await hits(c, "narwhalprompt") == [(sid, "d-x2")]
+            assert await window(c, mirror) == [("d-p", False)]
 
 
 async def test_a_deleted_prompt_stays_deleted_across_its_replies_branches(shared: HostProcess) -> None:
