@@ -317,6 +317,15 @@ class SessionView:
                 out["retainedTail"] = [m for m in tail if not (isinstance(m, Mapping) and m.get("id") in gone)]
         return after, out
 
+    def live_message(self, message_id: str) -> dict[str, Any] | None:
+        """The transcript's record of ``message_id`` when the export holds it (indexed, not tombstoned)."""
+        hit = self.conn.execute(
+            f"SELECT line_offset, line_len FROM messages WHERE session_id = ? AND id = ? AND {LIVE}",
+            (self.row["id"], message_id)).fetchone()
+        if hit is None or hit[0] is None:
+            return None
+        return self._parsed(read_spans(self.path, [(int(hit[0]), int(hit[1]))])[0])
+
     def _seq(self, message_id: Any) -> int | None:
         if not isinstance(message_id, str):
             return None
@@ -457,7 +466,7 @@ def archived_lines(path: Path, view: SessionView | None = None) -> Iterator[dict
                         if view is not None:
                             view.unreadable += 1
                         continue
-                    yield _archived(rec)
+                    yield _archived(rec, view)
                 batch, held = [], 0
             if span is not None:
                 batch.append(span)
@@ -466,7 +475,7 @@ def archived_lines(path: Path, view: SessionView | None = None) -> Iterator[dict
         os.close(fd)
 
 
-def _archived(rec: Mapping[str, Any]) -> dict[str, Any]:
+def _archived(rec: Mapping[str, Any], view: SessionView | None = None) -> dict[str, Any]:
     out = {k: rec[k] for k in REVISION_KEYS if k in rec}
     if rec.get("type") == REVISION_LIVE:
         if "messageCount" in rec:
@@ -474,6 +483,14 @@ def _archived(rec: Mapping[str, Any]) -> dict[str, Any]:
         return out
     raw = rec.get("deleted")
     gone = {d for d in raw if isinstance(d, str)} if isinstance(raw, list) else set()
+    first = next((m for m in rec.get("messages") or () if isinstance(m, Mapping)), None)
+    if view is not None and first is not None and first.get("role") == "user" and first.get("id") in gone:
+        # the prompt a regenerate's reply branches share: deleted when this branch left, but the live transcript
+        # shows that same prompt now (restored since): its state is the live one (a switch restores it so), and
+        # without it the branch would lose its prompt on the copy
+        live = view.live_message(str(first["id"]))
+        if live is not None and (live.get("role"), live.get("blocks")) == (first.get("role"), first.get("blocks")):
+            gone.discard(str(first["id"]))
     out["messages"] = [m for m in rec.get("messages") or () if isinstance(m, Mapping) and m.get("id") not in gone]
     comps = rec.get("compactions")
     if isinstance(comps, list) and comps:

@@ -272,12 +272,6 @@ async def test_a_deleted_prompt_stays_deleted_across_its_replies_branches(shared
             assert await window(c, sid) == [("g-u1", False), ("g-a1", False)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an archived reply branch whose stored deletions name its prompt (the prompt was deleted while another "
-    "reply branch was live, the branches switched, then the prompt restored) is exported as a `revision` line "
-    "without that prompt (README: 'messages deleted in it left out'); on the imported copy session.activateRevision "
-    "of that branch puts only the reply after the previous message: the prompt, visible on the first host, is "
-    "physically gone from the copy's transcript (window [u0, a0, a1] instead of [u0, a0, u1, a1])"))
 async def test_a_reply_branch_switched_on_an_imported_copy_keeps_its_prompt(
         shared: HostProcess, tmp_path: Path) -> None:
     """Seed 000 §3.2: "Regeneration appends a new assistant branch under the user message" (both replies hang
