@@ -10,7 +10,8 @@ backlog, or fails with ``CURSOR_EXPIRED`` if the backlog no longer holds it.
 Memory is bounded by ``backlog + subscribers * (subscriber_queue + transient_keys)``
 event references, and the backlog also by bytes: ``backlog_bytes`` of the events'
 ``size`` (what the publisher says its payload weighs — a ``session.message``
-passes its record's line length — or ``EVENT_BYTES_ESTIMATE``); the oldest events
+passes its record's line length — or else a bounded count of its JSON, at least
+``EVENT_BYTES_ESTIMATE``); the oldest events
 leave first, so a burst of large records shortens how far back a client can
 resume instead of growing the host.
 
@@ -53,6 +54,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import trio
+
+from protocol.jsonrpc import json_size_upto
 
 __all__ = [
     "Event",
@@ -400,11 +403,14 @@ class EventBus:
     def publish(self, topic: str, data: dict[str, Any], *, session_id: str | None = None,
                 size: int | None = None) -> int:
         """Record and fan out one event; never blocks. Returns its cursor. ``size``: what its payload
-        weighs in bytes, about (default ``EVENT_BYTES_ESTIMATE``), for the backlog's byte bound."""
+        weighs in bytes, about, for the backlog's byte bound (default: a bounded count of ``data``'s JSON;
+        at least ``EVENT_BYTES_ESTIMATE`` either way)."""
         if self._validate is not None:
             self._validate(topic, data)
         self._head += 1
-        weight = EVENT_BYTES_ESTIMATE if size is None else max(size, EVENT_BYTES_ESTIMATE)
+        # unsized: weighed by a bounded count of its JSON (a glance for a small payload; a session.queue
+        # event carries every entry's prompt, megabytes), so no publisher can slip past the byte bound
+        weight = max(json_size_upto(data, self._backlog_bytes_max) if size is None else size, EVENT_BYTES_ESTIMATE)
         event = Event(cursor=self._head, topic=topic, data=data, session_id=session_id, size=weight)
         self._backlog.append(event)
         self._backlog_bytes += weight

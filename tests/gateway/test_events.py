@@ -139,3 +139,18 @@ async def test_backlog_is_bounded_by_bytes_too() -> None:
     one = EventBus(backlog=10, backlog_bytes=100)
     one.publish("session.message", {}, size=1_000_000)  # larger than the bound: the newest stays resumable
     assert one.statistics().backlog_used == 1
+
+
+async def test_an_unsized_event_is_weighed_by_its_payload() -> None:
+    """A ``session.queue`` event carries every entry's prompt (up to ~8 MB) and was published without
+    ``size``: the backlog counted it as EVENT_BYTES_ESTIMATE (512 bytes), so 1,000 of them could hold gigabytes
+    past the 16 MiB bound. An unsized event now weighs a bounded count of its JSON."""
+    bus = EventBus(backlog=1000, backlog_bytes=10_000_000)
+    prompt = "p" * 900_000
+    for _ in range(40):
+        bus.publish("session.queue", {"entries": [{"prompt": prompt}, {"prompt": prompt}, {"prompt": prompt}]})
+    stats = bus.statistics()
+    assert stats.backlog_bytes <= 10_000_000 and stats.backlog_used == 3, stats
+    assert stats.backlog_bytes >= 2 * 3 * 900_000, stats  # the kept ones are counted at their weight
+    bus.publish("session.queue", {"entries": []})  # a small one still weighs the estimate, no more
+    assert bus.statistics().backlog_bytes - stats.backlog_bytes <= EVENT_BYTES_ESTIMATE
