@@ -3,8 +3,10 @@
 The origin entry keeps a file's earlier states (``[consumed, sha256]``: tests/importers/test_older_copies.py).
 The digest of the already-imported prefix was taken by reading the file once more after the parse, up to all
 the parse had consumed (to check the bytes were the parse's), so every re-import of a grown file read it one
-time more than its parse does: a Claude Code session, whose parse reads the main file in three passes, four
-times. The parse's own reader now keeps the digest at the offset the last import consumed to as it passes it.
+time more than its parse does: a Claude Code session, whose parse read the main file in three passes, four
+times. The parse's own reader now keeps the digest at the offset the last import consumed to as it passes it,
+and a Claude Code parse reads its main file twice: one read-ahead (its tree and its subagents' Task calls, two
+passes before), then the conversion.
 Counted with ``os.open``/``os.read``/``os.close`` wrapped for descriptors opened on the source file (every reader
 of a source goes through them), for each importer with a per-file digest (opencode has none: a content
 fingerprint); the earlier state recorded, and the older copy it answers, are as before.
@@ -25,6 +27,7 @@ from store.attachments import AttachmentFiles
 from store.interchange.import_write import ImportTarget
 from store.interchange.importers import IMPORTERS, parse
 from store.interchange.importers.common import ParseContext, SessionReport, SourceUnit
+from store.interchange.importers.reader import PEEK_CHUNK
 from store.interchange.importers.report import FileReport
 from store.interchange.imports import earlier_states, import_unit
 from store.interchange.origin_history import origin_row
@@ -36,6 +39,12 @@ SAMPLES = {
     "pi": "pi/agent-sessions_stub_provider_compaction.jsonl",
     "pi-host": "claude-code/codemie_v2.1.7_growing_file_turn2.jsonl",  # the transcript an import of it wrote
 }
+PASSES = {"claude-code": 2}
+"""Whole reads of the file a parse makes, where pinned: Claude Code's read-ahead (its tree, the subagents' Task
+calls: one pass, two before) and its conversion."""
+PEEKED = {"claude-code": 2 * PEEK_CHUNK}
+"""Bytes a first import reads beyond its parse: the ``sessionId`` an earlier version named a renamed transcript by
+(``claude_code.former_ids``, asked twice), read a small chunk at a time (64 KiB each before)."""
 
 
 def _workspace(tmp_path: Path, name: str) -> tuple[sqlite3.Connection, ImportTarget]:
@@ -107,16 +116,21 @@ def test_a_grown_file_is_read_only_by_its_parse(source: str, tmp_path: Path, unt
     path.parent.mkdir()
     path.write_bytes(data[:cut])
     db, target = _workspace(tmp_path, "host")
+    rep: list[SessionReport] = []
     try:
         (unit,) = IMPORTERS[source].discover(path)
-        assert import_unit(db, unit, target, now_ms=NOW).status == "new"
+        first = _reads(monkeypatch, path, lambda: rep.append(import_unit(db, unit, target, now_ms=NOW)))
+        assert rep.pop().status == "new"
+        if source in PASSES:  # and, for a first import, what naming the session peeks at (a few KiB)
+            assert PASSES[source] * cut < first <= PASSES[source] * cut + PEEKED[source]
         path.write_bytes(data)
         (grown,) = IMPORTERS[source].discover(path)
-        rep: list[SessionReport] = []
         again = _reads(monkeypatch, path, lambda: rep.append(import_unit(db, grown, target, now_ms=NOW)))
         assert rep[0].status == "updated" and rep[0].files[0].consumed == len(data)
         parse_reads = _reads(monkeypatch, path, lambda: _parse(grown))
         assert parse_reads % len(data) == 0  # the parse's own passes, each of the whole file
+        if source in PASSES:
+            assert parse_reads == PASSES[source] * len(data)
         assert again == parse_reads  # before: one more, the whole file read again for the earlier state
         origin = origin_row(db, grown.session_id)
         assert origin is not None

@@ -111,6 +111,7 @@ import bisect
 import functools
 import hashlib
 import heapq
+import os
 import re
 from array import array
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -144,6 +145,7 @@ from store.interchange.importers.common import (
     join_id,
     json_value_ok,
     message_record,
+    open_source,
     parse_counted,
     parse_object,
     peek_field,
@@ -151,6 +153,7 @@ from store.interchange.importers.common import (
     text_block,
     to_ms,
 )
+from store.interchange.importers.reader import PEEK_CHUNK
 from store.interchange.importers.usage_shape import normalize_usage
 
 SOURCE = "claude-code"
@@ -252,7 +255,7 @@ def _is_agent_transcript(path: Path) -> bool:
     """Whether the file is one subagent's transcript: its first line with ``isSidechain`` is a sidechain
     naming its agent (a main transcript's is not; Claude Code 1.x inline sidechains come later)."""
     try:
-        reader = LineReader(path, max_line_bytes=8 << 20, chunk=1 << 16)
+        reader = LineReader(path, max_line_bytes=8 << 20, chunk=PEEK_CHUNK, digest=False)
         for n, line in enumerate(reader):
             rec = parse_object(line.data) if line.data is not None else None
             if rec is not None and "isSidechain" in rec:
@@ -345,7 +348,7 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     loads the main transcript: a map by uuid, the last line set)."""
     inherited: set[int] = set()
     """The uuids of main-transcript lines that a subagent file writes too (:meth:`_FileConverter.inherited_line`)."""
-    scanned = _scan_tree(files[0], ctx.limits, sub_uuids, inherited) if files else None
+    scanned = _scan_tree(files[0], ctx.limits, shared, sub_uuids, inherited) if files else None
     split = scanned if isinstance(scanned, _Split) else None
     rewritten = scanned.rewritten if isinstance(scanned, _Split | _OneBranch) else {}
     not_split = scanned if isinstance(scanned, str) else scanned.not_split if isinstance(scanned, _OneBranch) else None
@@ -359,13 +362,6 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
             if conv.file.lines == conv.file.blank_lines:
                 raise Refused("EMPTY_SESSION", f"{files[0]} holds no complete line")
             raise Refused("NOT_A_SESSION_FILE", f"{files[0]} is not a Claude Code transcript")
-
-    learned: list[bool] = []
-
-    def learn() -> None:
-        if files and not learned:
-            _learn_agents(files[0], shared, ctx)
-            learned.append(True)
 
     def task_line(path: Path) -> int | None:
         """The offset of the main transcript line holding the Task call that started the subagent of
@@ -384,7 +380,6 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     def records() -> Iterator[Slot]:
         if not files:
             return
-        learn()
         subs = [(_first_time(path), path) for path in files[1:]]
         yield from merge_in_time(primary(), [(start, functools.partial(subagent, path)) for start, path in subs])
 
@@ -408,7 +403,6 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         sidechain lines, subagent files' rows) so its shared part reads as the live one. Scratch state."""
         scratch = SessionReport(SOURCE, unit.external_id, sid)
         bmeta = SessionMeta(SOURCE, unit.external_id, sid)
-        learn()
         bshared = _Shared(agents=dict(shared.agents), recognized=True, known_tasks=dict(shared.known_tasks))
 
         lines = split.lines(b)
@@ -516,14 +510,27 @@ def _same_line(path: Path, span: tuple[int, int], rec: Mapping[str, Any]) -> boo
 
 
 def _read_record(path: Path, offset: int, end: int) -> dict[str, Any] | None:
-    """The record of the line at ``offset``..``end`` of ``path`` (None: unreadable)."""
+    """The record of the line at ``offset``..``end`` of ``path`` (None: unreadable), read alone."""
     try:
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            data = fh.read(end - offset)
+        fd = open_source(path)
     except OSError:
         return None
-    return parse_object(data)
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
+        chunks: list[bytes] = []
+        left = end - offset
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return parse_object(b"".join(chunks))
+
+
+def _record_at(path: Path, span: tuple[int, int]) -> dict[str, Any] | None:
+    return _read_record(path, *span)
 
 
 def _node_kind(rec: Mapping[str, Any]) -> int:
@@ -803,7 +810,7 @@ class _Tree:
                       [_Branch(i) for i in sorted(found)])
 
 
-def _scan_tree(path: Path, limits: ImportLimits, sub_uuids: Collection[int] = (),
+def _scan_tree(path: Path, limits: ImportLimits, shared: _Shared, sub_uuids: Collection[int] = (),
                inherited: set[int] | None = None) -> _Split | _OneBranch | str | None:
     """Pass 1 over the main transcript: its branches; None: it imports in file order (see :meth:`_Tree.split`),
     or one of :data:`TOO_MANY` when that is because of a bound. A file that is no Claude Code transcript, or
@@ -812,7 +819,7 @@ def _scan_tree(path: Path, limits: ImportLimits, sub_uuids: Collection[int] = ()
     :class:`_OneBranch` when the file has no other branch or is not split (in file order, past a bound).
     ``inherited`` receives those of ``sub_uuids`` (the subagent files' message uuids) a line of the file has."""
     tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS), path, sub_uuids, inherited)
-    split = _split_tree(tree, path, limits)
+    split = _split_tree(tree, path, limits, shared)
     rewritten = tree.rewritten if tree.complete else {}
     if isinstance(split, _Split):
         split.rewritten = rewritten
@@ -893,10 +900,12 @@ def _scan_rewrites(path: Path, limits: ImportLimits, uuids: set[int]) -> Rewritt
     return found
 
 
-def _split_tree(tree: _Tree, path: Path, limits: ImportLimits) -> _Split | str | None:
-    leaves: dict[int, str] = {}
+def _split_tree(tree: _Tree, path: Path, limits: ImportLimits, shared: _Shared) -> _Split | str | None:
+    """The one read-ahead pass over the main transcript: its tree (:class:`_Tree`) and which ``Task`` call spawned
+    which agent (:func:`_learn_agents`); the conversion reads the file once more. A branch's leaf ``uuid`` is read
+    back from its line alone."""
     try:
-        reader = LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk)
+        reader = LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk, digest=False)
         recognized = False
         parsed = 0
         for line in reader:
@@ -908,23 +917,21 @@ def _split_tree(tree: _Tree, path: Path, limits: ImportLimits) -> _Split | str |
             parsed += 1
             recognized = recognized or rec.get("type") in KNOWN_TYPES
             if not recognized and parsed >= limits.recognize_within_lines:
-                return None
+                return None  # the conversion refuses the file at the same line
             tree.add(rec, line.offset, line.offset + line.length)
+            if any(mark in line.data for mark in _AGENT_MARKS):
+                _learn_agents(rec, line.offset, shared)
         tree.complete = True  # a failed tree still finds the uuids written again (the loader's map by uuid)
         split = tree.split()
         if split is None:
             return tree.failed if tree.failed in TOO_MANY else None
-        wanted = {tree.offsets[b.node] for b in split.branches}
-        for line in LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk,
-                               end=max(tree.ends[b.node] for b in split.branches)):
-            if line.offset in wanted and line.data is not None:
-                rec = parse_object(line.data)
-                uuid = rec.get("uuid") if rec is not None else None
-                leaves[line.offset] = uuid if isinstance(uuid, str) else f"L{line.offset}"
+        spans = [(tree.offsets[b.node], tree.ends[b.node]) for b in split.branches]
+        leaves = [_record_at(path, span) for span in spans]
     except OSError:
         return None
-    for b in split.branches:
-        b.leaf = leaves.get(tree.offsets[b.node], f"L{tree.offsets[b.node]}")
+    for b, (offset, _), rec in zip(split.branches, spans, leaves, strict=True):
+        uuid = rec.get("uuid") if rec is not None else None
+        b.leaf = uuid if isinstance(uuid, str) else f"L{offset}"
     return split
 
 
@@ -989,47 +996,39 @@ _AGENT_MARKS = (b'"agentId"', b'"subagent_type"', b'"Task"', b'"Agent"')
 """Bytes of a line that may name an agent or a Task call (the only lines :func:`_learn_agents` parses)."""
 
 
-def _learn_agents(path: Path, shared: _Shared, ctx: ParseContext) -> None:
-    """Which ``Task`` call spawned which agent id, read ahead from the main file.
+def _learn_agents(rec: Mapping[str, Any], offset: int, shared: _Shared) -> None:
+    """Which ``Task`` call spawned which agent id, read ahead from a line of the main file (at ``offset``) naming
+    an agent or a Task call (:data:`_AGENT_MARKS`), in the pass that reads its tree (:func:`_split_tree`).
 
     The link (``toolUseResult.agentId`` of the Task result, ``agentId`` of ``agent_progress``
     lines) is written when the subagent has finished, after its rows; the subagent files are
-    merged in at their time position, so it is known before the main file is converted. Only lines
-    naming an agent or a Task call are parsed; a Task call's line offset says which branch its subagent's
-    rows follow.
+    merged in at their time position, so it is known before the main file is converted. A Task call's
+    line offset says which branch its subagent's rows follow.
     """
-    try:
-        reader = LineReader(path, max_line_bytes=ctx.limits.max_line_bytes, chunk=ctx.limits.read_chunk)
-        for line in reader:
-            if line.data is None or not any(mark in line.data for mark in _AGENT_MARKS):
-                continue
-            rec = parse_object(line.data)
-            if rec is None or len(shared.agents) >= MAX_TASKS or len(shared.tasks) >= MAX_TASKS:
-                continue
-            message = rec.get("message")
-            content = message.get("content") if isinstance(message, Mapping) else None
-            for block in content if isinstance(content, list) else ():
-                if not isinstance(block, Mapping):
-                    continue
-                args = block.get("input")
-                if (block.get("type") == "tool_use" and block.get("name") in ("Task", "Agent")
-                        and isinstance(block.get("id"), str) and isinstance(args, Mapping)):
-                    kind = args.get("subagent_type")
-                    shared.known_tasks[block["id"]] = kind if isinstance(kind, str) and kind else None
-                    if rec.get("isSidechain") is not True:
-                        shared.task_lines.setdefault(block["id"], line.offset)
-                extra = rec.get("toolUseResult")
-                call_id = block.get("tool_use_id")
-                if (block.get("type") == "tool_result" and isinstance(call_id, str) and isinstance(extra, Mapping)
-                        and isinstance(extra.get("agentId"), str) and extra["agentId"]):
-                    shared.agents[extra["agentId"]] = (call_id, shared.known_tasks.get(call_id) or extra["agentId"])
-            data = rec.get("data")
-            parent = rec.get("parentToolUseID")
-            if (rec.get("type") == "progress" and isinstance(data, Mapping) and isinstance(parent, str)
-                    and isinstance(data.get("agentId"), str) and data["agentId"]):
-                shared.agents.setdefault(data["agentId"], (parent, shared.known_tasks.get(parent) or data["agentId"]))
-    except OSError:
-        return  # the conversion reports the unreadable file
+    if len(shared.agents) >= MAX_TASKS or len(shared.tasks) >= MAX_TASKS:
+        return
+    message = rec.get("message")
+    content = message.get("content") if isinstance(message, Mapping) else None
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, Mapping):
+            continue
+        args = block.get("input")
+        if (block.get("type") == "tool_use" and block.get("name") in ("Task", "Agent")
+                and isinstance(block.get("id"), str) and isinstance(args, Mapping)):
+            kind = args.get("subagent_type")
+            shared.known_tasks[block["id"]] = kind if isinstance(kind, str) and kind else None
+            if rec.get("isSidechain") is not True:
+                shared.task_lines.setdefault(block["id"], offset)
+        extra = rec.get("toolUseResult")
+        call_id = block.get("tool_use_id")
+        if (block.get("type") == "tool_result" and isinstance(call_id, str) and isinstance(extra, Mapping)
+                and isinstance(extra.get("agentId"), str) and extra["agentId"]):
+            shared.agents[extra["agentId"]] = (call_id, shared.known_tasks.get(call_id) or extra["agentId"])
+    data = rec.get("data")
+    parent = rec.get("parentToolUseID")
+    if (rec.get("type") == "progress" and isinstance(data, Mapping) and isinstance(parent, str)
+            and isinstance(data.get("agentId"), str) and data["agentId"]):
+        shared.agents.setdefault(data["agentId"], (parent, shared.known_tasks.get(parent) or data["agentId"]))
 
 
 class _FileConverter:

@@ -24,8 +24,8 @@ import orjson
 
 from store.interchange.importers.report import FileReport
 
-__all__ = ["Line", "LineReader", "file_report", "lines_of", "open_source", "parse_counted", "parse_object",
-           "peek_field", "read_json_file"]
+__all__ = ["PEEK_CHUNK", "Line", "LineReader", "file_report", "lines_of", "open_source", "parse_counted",
+           "parse_object", "peek_field", "read_json_file"]
 
 
 
@@ -66,11 +66,13 @@ class LineReader:
     ``sha256`` the digest of bytes ``[0, consumed)`` and ``torn_tail_bytes`` the
     incomplete rest. ``mark``: an offset whose prefix digest to keep on the way
     (:attr:`at_mark`), so a re-import learns what the file held where the last
-    import stopped without reading it again.
+    import stopped without reading it again. ``digest=False``: a pass that reports nothing of the file (a
+    read-ahead) skips the hashing.
     """
 
     def __init__(self, path: Path, *, max_line_bytes: int, chunk: int = 1 << 20, start: int = 0,
-                 end: int | None = None, unterminated_last_line: bool = True, mark: int | None = None) -> None:
+                 end: int | None = None, unterminated_last_line: bool = True, mark: int | None = None,
+                 digest: bool = True) -> None:
         self.path = path
         self.unterminated_last_line = unterminated_last_line
         """A last line without its newline that parses as one JSON object is read (sources); the host's
@@ -85,6 +87,8 @@ class LineReader:
         self.size = 0
         self.mtime_ns = 0
         self._hash = hashlib.sha256()
+        self._digest = digest
+        """False: no digest is taken (a pass that reports nothing of the file: :attr:`sha256` is of no bytes)."""
         self._hashed = start
         """The offset the digest has reached (bytes are hashed in file order)."""
         self._mark = mark if mark is not None and mark > 0 and start == 0 else None
@@ -105,6 +109,9 @@ class LineReader:
     def _feed(self, data: bytes | bytearray) -> None:
         """Hash the next bytes of the file, keeping the digest at the mark as it is passed."""
         end = self._hashed + len(data)
+        if not self._digest:
+            self._hashed = end
+            return
         mark = self._mark
         if mark is not None and self._at_mark is None and self._hashed < mark <= end:
             cut = mark - self._hashed
@@ -277,10 +284,15 @@ def read_json_file(path: Path, max_bytes: int) -> dict[str, Any] | None:
     return parse_object(b"".join(chunks))
 
 
+PEEK_CHUNK = 1 << 13
+"""Bytes :func:`peek_field` reads at a time: a peek usually ends in the first lines, a few KiB (a chunk of 64 KiB
+read up to 64 KiB of a file that a parse reads in full again)."""
+
+
 def peek_field(path: Path, keys: tuple[str, ...], *, max_lines: int = 64, max_bytes: int = 8 << 20) -> str | None:
     """The first string value of one of ``keys`` in the first lines of a JSONL file (bounded)."""
     try:
-        reader = LineReader(path, max_line_bytes=max_bytes, chunk=1 << 16)
+        reader = LineReader(path, max_line_bytes=max_bytes, chunk=PEEK_CHUNK, digest=False)
         for n, line in enumerate(reader):
             if n >= max_lines:
                 break
