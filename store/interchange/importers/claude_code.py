@@ -919,7 +919,7 @@ def _split_tree(tree: _Tree, path: Path, limits: ImportLimits, shared: _Shared) 
             if not recognized and parsed >= limits.recognize_within_lines:
                 return None  # the conversion refuses the file at the same line
             tree.add(rec, line.offset, line.offset + line.length)
-            if any(mark in line.data for mark in _AGENT_MARKS):
+            if _AGENT_MARKS.search(line.data):
                 _learn_agents(rec, line.offset, shared)
         tree.complete = True  # a failed tree still finds the uuids written again (the loader's map by uuid)
         split = tree.split()
@@ -992,8 +992,9 @@ def _first_time(path: Path) -> str:
     return stamp(ms) if ms is not None else ""
 
 
-_AGENT_MARKS = (b'"agentId"', b'"subagent_type"', b'"Task"', b'"Agent"')
-"""Bytes of a line that may name an agent or a Task call (the only lines :func:`_learn_agents` parses)."""
+_AGENT_MARKS = re.compile(rb'"(?:agentId|subagent_type|Task|Agent)"')
+"""Bytes of a line that may name an agent or a Task call (the only lines :func:`_learn_agents` reads). One search:
+four ``in`` tests over each line took 0.40 s of CPU on a 126 MB transcript, the search 0.17 s."""
 
 
 def _learn_agents(rec: Mapping[str, Any], offset: int, shared: _Shared) -> None:
