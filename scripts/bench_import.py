@@ -98,7 +98,7 @@ def generate(root: Path, *, size_bytes: int, sessions: int, seed: int = 7) -> di
                     api = f"msg_{s}_{n}"
                     prev = uid
                     for kind in ("thinking", "text"):
-                        aid = f"{s:06x}{n:010x}-{kind[0]}"
+                        aid = f"{s:06x}{n:010x}-{kind[:2]}"  # "th", "te": one uuid per line
                         block = ({"type": "thinking", "thinking": _text(rng, 40), "signature": "E" * 200}
                                  if kind == "thinking" else {"type": "text", "text": _text(rng, int(
                                      rng.lognormvariate(4, 1)))})
