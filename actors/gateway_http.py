@@ -21,6 +21,7 @@ origin can read one.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import json
 import secrets
@@ -39,6 +40,7 @@ from actors.gateway_handshake import check_host, self_origins
 __all__ = ["HttpSite", "LoginCodes", "PrefixedStream", "read_head", "is_websocket_upgrade"]
 
 MAX_HEAD_BYTES = 16 * 1024
+_RECEIVE_SIZE = 64 * 1024  # a read without max_bytes (trio's SocketStream default)
 MAX_BODY_BYTES = 4 * 1024
 LOGIN_CODE_TTL = 60.0
 MAX_LOGIN_CODES = 16
@@ -84,6 +86,12 @@ class PrefixedStream(trio.abc.Stream):
     reply, when nothing else is being sent); what the socket did not take is kept as
     :attr:`unsent` and goes out first on the next :meth:`send_all` (whoever sends next:
     the gateway's writer, trio-websocket's pong or close), or on :meth:`flush`.
+
+    :meth:`receive_some` on a plain socket waits until it is readable, then reads once: a
+    client that sends one request and waits for its answer leaves nothing to read when its
+    frame is done, and the socket stream's way (read first, wait on ``EAGAIN``, read again)
+    cost every frame a failed ``recv`` and its exception. After a read that filled the buffer
+    (more is likely waiting) it reads first, as the socket stream does.
     """
 
     def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
@@ -94,6 +102,8 @@ class PrefixedStream(trio.abc.Stream):
         raw = getattr(sock, "_sock", None)  # a trio socket's stdlib socket (non-blocking); no public accessor
         self._sock: trio.socket.SocketType | None = sock if isinstance(raw, socket.socket) else None
         self._raw: socket.socket | None = raw if self._sock is not None else None
+        self._receiving = False
+        self._read_first = False  # the last read filled its buffer: read before waiting
 
     @property
     def unsent(self) -> int:
@@ -133,7 +143,36 @@ class PrefixedStream(trio.abc.Stream):
             size = len(self._prefix) if max_bytes is None else max_bytes
             data, self._prefix = self._prefix[:size], self._prefix[size:]
             return data
-        return bytes(await self._stream.receive_some(max_bytes))
+        if self._raw is None or self._read_first:
+            data = bytes(await self._stream.receive_some(max_bytes))
+            self._read_first = max_bytes is not None and len(data) >= max_bytes
+            return data
+        return await self._wait_then_receive(self._raw, max_bytes)
+
+    async def _wait_then_receive(self, raw: socket.socket, max_bytes: int | None) -> bytes:
+        size = _RECEIVE_SIZE if max_bytes is None else max_bytes
+        if size < 1:
+            raise ValueError("max_bytes must be >= 1")
+        if self._receiving:
+            raise trio.BusyResourceError("another task is already receiving on this stream")
+        self._receiving = True
+        try:
+            while True:
+                if raw.fileno() == -1:
+                    raise trio.ClosedResourceError("the stream was closed")
+                await trio.lowlevel.wait_readable(raw)  # the checkpoint (cancellable)
+                try:
+                    data = raw.recv(size)
+                except BlockingIOError:
+                    continue  # woken without data
+                except OSError as exc:
+                    if exc.errno == errno.EBADF:
+                        raise trio.ClosedResourceError("the stream was closed") from None
+                    raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+                self._read_first = len(data) >= size
+                return data
+        finally:
+            self._receiving = False
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if self._unsent:
