@@ -26,6 +26,7 @@ from actors.events import EventBus
 from actors.gateway_connection import Counters, GatewayConnection
 from actors.gateway_handshake import check_upgrade
 from actors.gateway_http import HttpSite, PrefixedStream, is_websocket_upgrade, read_head
+from actors.gateway_inbound import hand_over_without_yield
 from actors.gateway_outbound import ByteBudget, SharedBytes
 from actors.gateway_types import CallContext, Dispatcher, GatewayConfig, GatewayStatistics
 
@@ -194,6 +195,7 @@ class Gateway:
                 ws = await request.accept()
             except ConnectionClosed:
                 return
+            hand_over_without_yield(ws)  # one task step per frame for trio-websocket's reader, not two
             self._accepting -= 1
             accepting = False
             self._counters.accepted_total += 1

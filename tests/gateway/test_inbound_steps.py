@@ -1,14 +1,17 @@
-"""A request costs the socket one read (issue 26, host CPU per append over WebSocket): a socket with nothing
-to read is waited on before it is read (no failed ``recv`` per frame)."""
+"""A request costs trio-websocket's reader one task step and the socket one read (issue 26, host CPU per
+append over WebSocket): the frame is handed to the connection's reader without a second step, and a socket
+with nothing to read is waited on before it is read (no failed ``recv`` per frame)."""
 
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import trio
 import trio.testing
 
 from actors.gateway_http import PrefixedStream
+from tests.gateway.conftest import connect, frame, hello, recv, start_gateway
 
 
 class _CountingSocket(socket.socket):
@@ -86,3 +89,35 @@ async def test_a_read_of_a_closed_stream_fails_as_the_socket_stream_does() -> No
     else:
         raise AssertionError("a read of a closed stream returned")
     await peer.aclose()
+
+
+class _ReaderSteps(trio.abc.Instrument):
+    """Task steps of one WebSocket connection's reader task (trio-websocket's ``_reader_task``)."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        frame_ = getattr(task.coro, "cr_frame", None)
+        if frame_ is not None and task.name.endswith("_reader_task") and frame_.f_locals.get("self") is self.ws:
+            self.steps += 1
+
+
+async def test_each_request_costs_the_websocket_reader_one_task_step(nursery: trio.Nursery) -> None:
+    h = await start_gateway(nursery)
+    with trio.fail_after(10):
+        async with connect(h.url) as ws:
+            await hello(ws)
+            conn = next(iter(h.gateway._connections.values()))
+            counter = _ReaderSteps(conn._ws)
+            trio.lowlevel.add_instrument(counter)
+            try:
+                for i in range(20):
+                    await ws.send_message(frame({"jsonrpc": "2.0", "id": i, "method": "echo", "params": {"i": i}}))
+                    assert await recv(ws) == {"jsonrpc": "2.0", "id": i, "result": {"i": i}}
+            finally:
+                trio.lowlevel.remove_instrument(counter)
+    # one step per frame: woken by the socket, read, parse, hand over, wait again (it was two: the channel's
+    # send yielded once more before the reader went back to the socket)
+    assert counter.steps <= 25
