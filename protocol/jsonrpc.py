@@ -41,6 +41,7 @@ __all__ = [
     "dumps_long_string",
     "loads_large",
     "longer_than",
+    "more_items_than",
     "valid_id",
 ]
 
@@ -114,6 +115,33 @@ def json_size_upto(value: Any, limit: int) -> int:
 def longer_than(value: Any, limit: int) -> bool:
     """Whether the JSON text of ``value`` is roughly longer than ``limit`` characters (:func:`json_size_upto`)."""
     return json_size_upto(value, limit) > limit
+
+
+def more_items_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds more than ``limit`` objects, arrays and their items, counted only until
+    it passes ``limit`` (a glance for a small value). Validating params costs per item (a message of
+    4,096 empty text blocks, ~107 KB: 8-9 ms), not per character (a 2.5 MiB text: 7 us)."""
+    left = limit
+    stack: list[Any] = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is dict:
+            left -= 1 + len(item)
+            if left < 0:
+                return True
+            for v in item.values():
+                if type(v) is dict or type(v) is list:
+                    push(v)
+        elif kind is list:
+            left -= 1 + len(item)
+            if left < 0:
+                return True
+            for v in item:
+                if type(v) is dict or type(v) is list:
+                    push(v)
+    return False
 
 
 LARGE_JSON = 1024 * 1024

@@ -52,7 +52,7 @@ from actors.db_writer import DbOp
 from actors.gateway_types import CallContext, Reply
 from actors.session import SessionCall, SessionOp
 from protocol.errors import MethodNotFound
-from protocol.jsonrpc import Encoded, longer_than
+from protocol.jsonrpc import Encoded, longer_than, more_items_than
 from protocol.methods import METHODS, MethodSpec
 from runtime.context import HostContext, Pinned, ReadContext, Services, WriterContext, WriterResult
 from runtime.kernel.actor import ActorCrashed, ActorStopped, Busy, CallbackReply, InternalBug
@@ -72,6 +72,12 @@ FINGERPRINT_ON_LOOP = 64 * 1024
 """Params of at most this many characters of JSON are fingerprinted for their receipt key on the trio
 loop (tens of microseconds; the appends' fast path, :meth:`Pipeline._to_actor_now`); longer ones (a 2 MiB
 message: milliseconds of sorted JSON and SHA-256) in a worker thread, from the connection's ordering task."""
+
+VALIDATE_ON_LOOP = 256
+"""A connection's request whose params hold at most this many objects, arrays and items
+(:func:`protocol.jsonrpc.more_items_than`) is validated on the trio loop (a usual append: a few dozen,
+tens of microseconds); one with more (a message of thousands of blocks: milliseconds of pydantic) in a
+worker thread while its connection's reader waits, so its frames keep their order."""
 
 
 class ShuttingDown(Exception):
@@ -308,7 +314,7 @@ class Pipeline:
         self._nursery: trio.Nursery | None = None
         self._orders: dict[int, Ordering] = {}  # per connection, while it has requests in its order
         self._writing = _MessageIds()
-        self._hashing = trio.CapacityLimiter(2)  # the threads that fingerprint long params
+        self._hashing = trio.CapacityLimiter(2)  # the threads that fingerprint or validate long params
 
     # -- lifecycle -------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -347,7 +353,11 @@ class Pipeline:
                      size: int | None = None) -> None:
         """Queue the request behind the earlier ones of its connection; returns without waiting.
         ``size``: ``raw``'s JSON text is at most this many characters (``None``: not known)."""
-        prepared = self._prepare(method, raw, caller, reply)
+        checked = None
+        if more_items_than(raw, VALIDATE_ON_LOOP) and not self.closing and (bound := self._bound.get(method)):
+            checked = await trio.to_thread.run_sync(outcome.capture, bound.spec.params_model.model_validate, raw,
+                                                    limiter=self._hashing)
+        prepared = self._prepare(method, raw, caller, reply, checked)
         if prepared is None:
             return
         bound, params, answer = prepared
@@ -448,8 +458,10 @@ class Pipeline:
         value = box[0].unwrap()
         return value.decode() if decode and isinstance(value, Encoded) else value
 
-    def _prepare(self, method: str, raw: Any, caller: CallContext, reply: Reply) -> tuple[_Bound, Any, _Answer] | None:
-        """Validate (answering what fails), count the request in: its bound route, params and answer."""
+    def _prepare(self, method: str, raw: Any, caller: CallContext, reply: Reply,
+                 checked: outcome.Outcome[BaseModel] | None = None) -> tuple[_Bound, Any, _Answer] | None:
+        """Validate (answering what fails), count the request in: its bound route, params and answer.
+        ``checked``: ``raw`` validated already, in a worker thread (:data:`VALIDATE_ON_LOOP`)."""
         if self.closing:
             reply(outcome.Error(ShuttingDown()))
             return None
@@ -462,7 +474,8 @@ class Pipeline:
             reply(outcome.Error(unsupported_for_native(method, native)))
             return None
         try:
-            params = bound.spec.params_model.model_validate({} if raw is None else raw)
+            params = (bound.spec.params_model.model_validate({} if raw is None else raw) if checked is None
+                      else checked.unwrap())
         except ValidationError as exc:
             reply(outcome.Error(exc))
             return None
