@@ -92,7 +92,7 @@ from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
 from protocol.reply_budget import BatchRefused, batch_budgets, declared_bytes
 from store.errors import InvalidInput, StoreError
 from store.ids import validate_session_id
-from store.jsonio import IntegerOutOfRange, loads_strict
+from store.jsonio import IntegerOutOfRange, NestingTooDeep, loads_strict
 
 __all__ = ["GatewayConnection", "Counters", "close_transport"]
 
@@ -259,16 +259,25 @@ def _int_or_none(token: str) -> int | None:
     return int(token) if len(token) <= 40 else None
 
 
+def _no_duplicate_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = {key for key, _ in pairs}
+    if len(keys) != len(pairs):
+        raise ValueError("duplicate key")
+    return dict(pairs)
+
+
 def _id_of_refused(message: str, exc: BaseException) -> RequestId:
-    """The id of a request refused only for an integer outside int64 (well-formed JSON otherwise), so the
-    client can match the PARSE_ERROR to the call it is waiting for; ``None`` for any other parse failure,
-    a batch, or an id that is itself no valid id (JSON-RPC: the id could not be determined)."""
-    if not isinstance(exc, IntegerOutOfRange):
+    """The id of a request refused only for an integer outside int64 or for nesting deeper than the strict
+    profile's limit (well-formed JSON otherwise), so the client can match the PARSE_ERROR to the call it is
+    waiting for; ``None`` for any other parse failure, a batch, or an id that is itself no valid id
+    (JSON-RPC: the id could not be determined)."""
+    if not isinstance(exc, IntegerOutOfRange | NestingTooDeep):
         return None
     try:
-        # the stdlib reader, no duplicate-key check needed here; an integer too long for int() (4,300 digits)
-        # is no valid id either
-        value = json.loads(message, parse_int=_int_or_none)
+        # the stdlib reader; an integer too long for int() (4,300 digits) is no valid id either. A too-deep
+        # document was not checked for duplicate keys yet: one that has any gets no id (which "id" is it?)
+        hook = _no_duplicate_pairs if isinstance(exc, NestingTooDeep) else None
+        value = json.loads(message, parse_int=_int_or_none, object_pairs_hook=hook)
     except (ValueError, RecursionError):
         return None
     request_id = value.get("id") if isinstance(value, dict) else None

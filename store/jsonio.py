@@ -39,6 +39,7 @@ from store.errors import DamagedRecord, InvalidInput
 
 __all__ = [
     "IntegerOutOfRange",
+    "NestingTooDeep",
     "Readable",
     "StrictJSONError",
     "dumps_exact",
@@ -79,6 +80,11 @@ class StrictJSONError(InvalidInput):
 
 class IntegerOutOfRange(StrictJSONError):
     """Well-formed JSON holding an integer outside the signed 64-bit range (everything else was valid)."""
+
+
+class NestingTooDeep(StrictJSONError):
+    """Well-formed JSON nested deeper than the caller's ``max_depth`` (orjson parsed it; duplicate keys and
+    integer sizes were not checked yet)."""
 
 
 def _fail(message: str) -> StrictJSONError:
@@ -181,7 +187,7 @@ def loads_strict(data: bytes | str, *, max_depth: int = 64, max_int_digits: int 
 
     structure = _structure(raw)
     if _nesting_exceeds(structure, max_depth):
-        raise _fail(f"nesting deeper than {max_depth}")
+        raise NestingTooDeep(f"invalid JSON: nesting deeper than {max_depth}")
     if b":" in structure and _has_duplicate_keys(raw, structure, value):
         _raise_duplicate_key(raw)
     zeroed = structure.translate(_DIGITS_TO_ZERO)
