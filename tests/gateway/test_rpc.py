@@ -219,6 +219,27 @@ async def test_an_integer_beyond_int64_is_a_parse_error_answered_with_the_reques
             await assert_usable(ws)
 
 
+async def test_a_request_nested_past_the_limit_is_a_parse_error_answered_with_the_request_id(
+        harness: Harness) -> None:
+    """README §2: very deep nesting is PARSE_ERROR. A request nested 65 levels (a settings value 63 deep)
+    is well-formed JSON, so its id is known and the answer carries it: answered with id null, the client's
+    call waited for ever. A deep one with a repeated "id" key (which id?), and one deeper than the JSON
+    reader's own limit, are answered with id null; nothing ran."""
+    with trio.fail_after(10):
+        async with connect(harness.url) as ws:
+            await hello(ws)
+            deep = '{"jsonrpc":"2.0","id":9,"method":"echo","params":{"v":' + "[" * 63 + "]" * 63 + "}}"
+            response = await roundtrip(ws, deep)
+            assert (response["id"], response["error"]["data"]["code"]) == (9, "PARSE_ERROR")
+            twice = await roundtrip(ws, deep.replace('"id":9', '"id":9,"id":10'))
+            assert (twice["id"], twice["error"]["data"]["code"]) == (None, "PARSE_ERROR")
+            abyss = '{"jsonrpc":"2.0","id":11,"method":"echo","params":{"v":' + "[" * 2000 + "]" * 2000 + "}}"
+            beyond = await roundtrip(ws, abyss)
+            assert (beyond["id"], beyond["error"]["data"]["code"]) == (None, "PARSE_ERROR")
+            await assert_usable(ws)
+    assert harness.dispatcher.enqueued == [{"ok": True}]
+
+
 async def test_oversized_frame_closes_1009_and_host_stays_up(nursery: trio.Nursery) -> None:
     """Issue 25 ("Wire and docs"): a frame over the frame limit closed the connection with 1009 though the
     reference promised PAYLOAD_TOO_LARGE. 1009 is the documented behaviour now (the standard WebSocket
