@@ -309,3 +309,42 @@ async def test_a_full_namespace_refuses_a_new_key_all_or_none_and_still_takes_ov
                 == "PAYLOAD_TOO_LARGE"
             after = (await c.call("settings.getAll", {"ns": ns}))["values"]
             assert after == {**before, "k0": "é" * 32_767}
+
+
+# ---------------------------------------------------------------------------- §4.14 notifications
+
+async def test_unread_pages_list_every_unread_row_once_while_each_page_is_marked_read(shared: HostProcess) -> None:
+    """§4.14 notifications (read_at NULL = unread; idx_notifications_created newest first) and README
+    notifications.list ``unreadOnly`` with ``nextCursor``: an inbox that marks each page read before it
+    asks for the next still gets every unread row once, newest first, with the session's unicode title
+    snapshot; markAllRead then updates only the rows still unread; a cursor of another shape is
+    INVALID_CURSOR."""
+    with trio.fail_after(60):
+        async with client(shared, "inbox-agent", kind="agent") as c:
+            sid = (await c.call("session.create", {"title": "Ünï 🎉 \u202e"}))["id"]
+            for i in range(20):
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": f"in{i:02d}"})
+                await c.call("session.endTurn", {"sessionId": sid, "turnId": f"in{i:02d}",
+                                                 "status": "completed" if i % 3 else "error"})
+            mine = [n for n in (await c.call("notifications.list", {"limit": 200, "unreadOnly": True}))[
+                "notifications"] if n["sessionId"] == sid]
+            assert [n["turnId"] for n in mine] == [f"in{i:02d}" for i in reversed(range(20))]
+            # each page is marked read before the next is asked for (the last page stays unread)
+            seen: list[dict[str, Any]] = []
+            page = await c.call("notifications.list", {"limit": 3, "unreadOnly": True})
+            while True:
+                seen += page["notifications"]
+                if not page.get("nextCursor"):
+                    break
+                await c.call("notifications.markRead", {"ids": [n["id"] for n in page["notifications"]]})
+                page = await c.call("notifications.list", {"limit": 3, "unreadOnly": True,
+                                                           "cursor": page["nextCursor"]})
+            ids = [n["id"] for n in seen]
+            assert len(ids) == len(set(ids))
+            assert [n["id"] for n in seen if n["sessionId"] == sid] == [n["id"] for n in mine]
+            assert all(n["sessionTitle"] == "Ünï 🎉 \u202e" for n in seen if n["sessionId"] == sid)
+            still_unread = (await c.call("notifications.list", {"limit": 200, "unreadOnly": True}))
+            assert (await c.call("notifications.markAllRead", {}))["updated"] == len(still_unread["notifications"])
+            after = await c.call("notifications.list", {"unreadOnly": True})
+            assert (after["notifications"], after["unreadCount"]) == ([], 0)
+            assert await code_of(c, "notifications.list", {"limit": 3, "cursor": "not-a-cursor"}) == "INVALID_CURSOR"
