@@ -348,3 +348,79 @@ async def test_unread_pages_list_every_unread_row_once_while_each_page_is_marked
             after = await c.call("notifications.list", {"unreadOnly": True})
             assert (after["notifications"], after["unreadCount"]) == ([], 0)
             assert await code_of(c, "notifications.list", {"limit": 3, "cursor": "not-a-cursor"}) == "INVALID_CURSOR"
+
+
+# ------------------------------------------------------------------- SIGKILL at an arbitrary moment
+
+@pytest.mark.parametrize("after", [3, 11, 20])
+async def test_a_kill_at_any_moment_keeps_every_acknowledged_write_once_and_retries_have_one_effect(
+        tmp_path: Path, after: int) -> None:
+    """§11 "every acknowledged change" survives a crash; README "A retry with the same clientId +
+    submissionId returns the stored response". Two connections stream keyed writes (settings.set of odd
+    JSON, tasks.create with a unicode title, session.queuePush) and the host is SIGKILLed once ``after``
+    of them were answered, while the rest are in flight. On the next host every answered write is there
+    exactly as answered; retrying all of them with their keys answers the acknowledged ones as before and
+    leaves one row per key (a task created once, a queue entry admitted once)."""
+    data = data_dir(tmp_path)
+    acked: dict[str, tuple[str, dict[str, Any], Any]] = {}
+    with trio.fail_after(120):
+        proc = start_host_process(data)
+        try:
+            async with client(proc, "kill-w") as setup:
+                sid = (await setup.call("session.create", {}))["id"]
+
+            def writes(lane: int) -> list[tuple[str, str, dict[str, Any]]]:
+                out: list[tuple[str, str, dict[str, Any]]] = []
+                for i in range(12):
+                    key = f"w{lane}-{i}"
+                    if i % 3 == 0:
+                        out.append((key, "settings.set", {"ns": "ui", "key": f"ключ-{key}",
+                                                          "value": {"n": 2**63 - 1 - i, "s": "🎉" * i}}))
+                    elif i % 3 == 1:
+                        out.append((key, "tasks.create", {"taskId": f"t-{key}", "title": f"Задача {key} ✓",
+                                                          "prompt": "p"}))
+                    elif lane == 0:
+                        out.append((key, "session.queuePush", _push(sid, f"q {key}", None)))
+                    else:
+                        out.append((key, "settings.set", {"ns": "ui", "key": f"other-{key}", "value": [key]}))
+                return out
+
+            killed = trio.Event()
+
+            async def lane(n: int) -> None:
+                try:
+                    async with client(proc, "kill-w") as c:
+                        for key, method, params in writes(n):
+                            answer = await c.call(method, {**params, "submissionId": key})
+                            acked[key] = (method, params, answer)
+                            if len(acked) >= after and not killed.is_set():
+                                killed.set()
+                                proc.kill9()
+                except Exception:  # the kill closes the connection mid-call
+                    if not killed.is_set():
+                        raise
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lane, 0)
+                nursery.start_soon(lane, 1)
+        finally:
+            proc.kill9()
+        assert len(acked) >= min(after, 24)
+        async with real_host(data, client_id="kill-w") as (_proc, c):
+            for key, (method, params, answer) in acked.items():
+                if method == "settings.set":
+                    got = await c.call("settings.get", {"ns": "ui", "key": params["key"]})
+                    assert got["value"] == params["value"], key
+                elif method == "tasks.create":
+                    assert await c.call("tasks.get", {"taskId": params["taskId"]}) == answer, key
+            queued = {x["id"] for x in (await c.call("session.queueList", {"sessionId": sid}))["entries"]}
+            assert {a["entry"]["id"] for m, _p, a in acked.values() if m == "session.queuePush"} <= queued
+            for lane_no in (0, 1):
+                for key, method, params in writes(lane_no):
+                    again = await c.call(method, {**params, "submissionId": key})
+                    if key in acked:
+                        assert again == acked[key][2], key
+            tasks = [t["id"] for t in (await c.call("tasks.list", {}))["tasks"]]
+            assert len(tasks) == len(set(tasks)) == 8
+            entries = (await c.call("session.queueList", {"sessionId": sid}))["entries"]
+            assert sorted(x["content"] for x in entries) == sorted(f"q w0-{i}" for i in (2, 5, 8, 11))
