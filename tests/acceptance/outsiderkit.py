@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ from typing import Any
 from runtime.client import HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, msg, start_host_process
 
-__all__ = ["code_of", "data_dir", "error_of", "real_host", "say"]
+__all__ = ["client", "code_of", "data_dir", "error_of", "real_host", "say", "shared_host"]
 
 
 def data_dir(tmp_path: Path) -> Path:
@@ -34,6 +34,26 @@ async def real_host(data_dir: Path, kind: str = "ui", client_id: str = "outsider
             yield proc, c
     finally:
         proc.kill9()
+
+
+def shared_host(tmp_path_factory: Any, name: str) -> Iterator[HostProcess]:
+    """The body of a module's one-host fixture (``yield from shared_host(tmp_path_factory, "name")``): a
+    ``pi-host serve`` process for the probes that never restart it; killed (SIGKILL) at the module's end."""
+    root = tmp_path_factory.mktemp(name) / "data"
+    root.mkdir()
+    proc = start_host_process(root)
+    try:
+        yield proc
+    finally:
+        proc.kill9()
+
+
+@asynccontextmanager
+async def client(proc: HostProcess, client_id: str = "outsider", kind: str = "ui",
+                 plugin_id: str | None = None) -> AsyncIterator[HostClient]:
+    """One more connection to a running host."""
+    async with open_client(proc.url, proc.token, client_id=client_id, client_kind=kind, plugin_id=plugin_id) as c:
+        yield c
 
 
 async def say(c: HostClient, sid: str, mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:

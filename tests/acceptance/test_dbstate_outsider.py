@@ -7,16 +7,15 @@ no restart share one host (``shared``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from runtime.client import HostClient, RpcError, open_client
-from tests.acceptance.outsiderkit import code_of, data_dir, real_host
+from runtime.client import HostClient, RpcError
+from tests.acceptance.outsiderkit import client, code_of, data_dir, real_host, shared_host
 from tests.hostkit import HostProcess, call_killed_at, start_host_process
 from tests.httpkit import FakeProvider, Reply
 
@@ -24,19 +23,7 @@ from tests.httpkit import FakeProvider, Reply
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
     """One host for the probes that need no restart (each uses ids and keys of its own)."""
-    root = tmp_path_factory.mktemp("dbstate") / "data"
-    root.mkdir()
-    proc = start_host_process(root)
-    try:
-        yield proc
-    finally:
-        proc.kill9()
-
-
-@asynccontextmanager
-async def client(proc: HostProcess, client_id: str = "outsider", kind: str = "ui") -> AsyncIterator[HostClient]:
-    async with open_client(proc.url, proc.token, client_id=client_id, client_kind=kind) as c:
-        yield c
+    yield from shared_host(tmp_path_factory, "dbstate")
 
 
 def nested(depth: int) -> Any:

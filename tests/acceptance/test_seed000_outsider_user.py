@@ -12,34 +12,33 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from runtime.client import HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, ctx_ids, data_dir, error_of, file_block, put_file, real_host, say
-from tests.hostkit import HostProcess, msg, start_host_process
+from runtime.client import HostClient
+from tests.acceptance.outsiderkit import (
+    client,
+    code_of,
+    ctx_ids,
+    data_dir,
+    error_of,
+    file_block,
+    put_file,
+    real_host,
+    say,
+    shared_host,
+)
+from tests.hostkit import HostProcess, msg
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
     """One host for the tests that never restart it."""
-    proc = start_host_process(tmp_path_factory.mktemp("seed000-user"))
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-
-
-@asynccontextmanager
-async def client(proc: HostProcess, client_id: str, kind: str = "ui",
-                 plugin_id: str | None = None) -> AsyncIterator[HostClient]:
-    async with open_client(proc.url, proc.token, client_id=client_id, client_kind=kind, plugin_id=plugin_id) as c:
-        yield c
+    yield from shared_host(tmp_path_factory, "seed000-user")
 
 
 async def new_session(c: HostClient) -> str:

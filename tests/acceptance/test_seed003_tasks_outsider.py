@@ -14,8 +14,7 @@ import re
 import sqlite3
 import stat
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,8 @@ from zoneinfo import ZoneInfo
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, RpcError, open_client
-from tests.acceptance.outsiderkit import code_of, data_dir, real_host
+from runtime.client import ClientClosed, HostClient, RpcError
+from tests.acceptance.outsiderkit import client, code_of, data_dir, real_host, shared_host
 from tests.hostkit import HostProcess, boot_killed_at, call_killed_at, start_host_process
 from tests.httpkit import FakeProvider, Reply
 
@@ -33,20 +32,7 @@ from tests.httpkit import FakeProvider, Reply
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
     """One host for the probes that need no restart (each uses ids of its own)."""
-    root = tmp_path_factory.mktemp("shared") / "data"
-    root.mkdir()
-    proc = start_host_process(root)
-    try:
-        yield proc
-    finally:
-        proc.kill9()
-
-
-@asynccontextmanager
-async def client(proc: HostProcess, kind: str = "ui", client_id: str = "outsider",
-                 plugin_id: str | None = None) -> AsyncIterator[HostClient]:
-    async with open_client(proc.url, proc.token, client_id=client_id, client_kind=kind, plugin_id=plugin_id) as c:
-        yield c
+    yield from shared_host(tmp_path_factory, "shared")
 
 
 def at_ms(rfc3339: str) -> int:
