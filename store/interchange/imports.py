@@ -391,7 +391,7 @@ class PreparedImport:
 
 
 def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget, *, now_ms: int,
-                 dry_run: bool = False, receipt: ReceiptKey | None = None) -> PreparedImport:
+                 dry_run: bool = False, receipt: ReceiptKey | None = None, resolved: bool = False) -> PreparedImport:
     """Decide and stage one session's import (reads only: ``conn`` may be a read-only connection).
 
     Unchanged sources and refusals come back as a final report; otherwise the
@@ -405,8 +405,11 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
     ``import_receipt`` line, and the session's import record keeps the key and its answer
     (``lastImport``). When that record names this very request, the session holds what an earlier try of it
     wrote: it is parsed again (never ``unchanged`` unread) and answered as that try would have been.
+
+    ``resolved``: the caller gave ``unit`` as :func:`resolve_unit` gave it back on this connection, and it is not
+    resolved again (a first import of a Claude Code transcript peeks at its ``sessionId`` once, not twice).
     """
-    earlier = resolve_unit(conn, unit)
+    earlier = unit if resolved else resolve_unit(conn, unit)
     if earlier is not unit:
         return _prepare_elsewhere(conn, earlier, target, now_ms=now_ms, dry_run=dry_run)
     sid = unit.session_id
@@ -540,7 +543,7 @@ def import_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarget
             _catch_up(conn, target, sid, index.session_row(conn, sid), now_ms)
         except (StoreError, OSError, ValueError) as exc:
             return SessionReport(unit.source, unit.external_id, sid).refuse("INDEX_CATCH_UP_FAILED", str(exc))
-    prepared = prepare_unit(conn, unit, target, now_ms=now_ms, dry_run=dry_run)
+    prepared = prepare_unit(conn, unit, target, now_ms=now_ms, dry_run=dry_run, resolved=True)
     staged = prepared.staged
     if staged is None:
         return prepared.report
