@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, StringConstraints
 
-from store.rules import DEFAULT_REFRESH_TIMEOUT_MS
+from store.rules import DEFAULT_REFRESH_TIMEOUT_MS, MAX_REF_CHARS, model_id_problem
 
 from .models_common import Count, MutatingParams, Params, Ref, Result, TimestampMs, WireId
+
+
+def _check_model_id(value: str) -> str:
+    problem = model_id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+ModelId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_REF_CHARS),
+    AfterValidator(_check_model_id),
+    Field(description="A model id (models.add; models.refresh keeps a provider's to the same rule): 1-200 "
+          "characters, not blank, no control character (NUL, newline ...); '/', ':', '@', '.' and inner spaces "
+          "are allowed."),
+]
 
 
 class Model(Result):
@@ -39,7 +56,7 @@ class ModelsListResult(Result):
 
 class ModelsAddParams(MutatingParams):
     provider_id: WireId
-    model_id: Ref
+    model_id: ModelId
     display_name: Ref | None = None
     capabilities: list[Ref] = Field(default_factory=list, max_length=64)
     context_window: int | None = Field(default=None, ge=1, le=1 << 40)
@@ -79,6 +96,7 @@ class ModelsRefreshResult(Result):
 
 __all__ = [
     "Model",
+    "ModelId",
     "ModelResult",
     "ModelsAddParams",
     "ModelsListParams",

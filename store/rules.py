@@ -226,6 +226,20 @@ def path_problem(value: str) -> str | None:
     return None
 
 
+def model_id_problem(value: str) -> str | None:
+    """Why ``value`` is no model id (``models.model_id``, seed 003 §4.4: custom ids always allowed), else ``None``:
+    1-``MAX_REF_CHARS`` characters, not blank, no control character (C0 or DEL: a NUL, a newline). Any other
+    character is allowed (``org/model``, ``llama3:8b``, ``model@2024``, ``gpt-4.1``, inner spaces). ``models.add``
+    refuses such an id as INVALID_PARAMS and ``models.refresh`` a provider reply listing one."""
+    if not 1 <= len(value) <= MAX_REF_CHARS:
+        return f"a model id must be 1-{MAX_REF_CHARS} characters"
+    if any(ord(c) < 0x20 or c == "\x7f" for c in value):
+        return "a model id must not contain a control character (a NUL, a newline ...)"
+    if not value.strip():
+        return "a model id must not be blank"
+    return None
+
+
 def text_problem(value: object, max_chars: int) -> str | None:
     """Why ``value`` is not a string of 1..``max_chars`` characters (a wire field declared with
     ``StringConstraints(min_length=1, max_length=max_chars)``), else ``None``. The store checks a value

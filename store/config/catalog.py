@@ -30,7 +30,7 @@ from store.config.settings import set_value
 from store.config.settings_rules import REFRESH_STAMP_PREFIX
 from store.errors import DamagedRecord, InvalidInput, LimitExceeded, NotFound, StoreError
 from store.jsonio import Readable, loads_stored, readable, stored_value
-from store.rules import MAX_MODELS_PER_PROVIDER, MAX_REF_CHARS
+from store.rules import MAX_MODELS_PER_PROVIDER, model_id_problem
 
 __all__ = [
     "BadProviderReply",
@@ -91,8 +91,11 @@ def parse_model_list(body: bytes) -> list[DiscoveredModel]:
         if not isinstance(entry, dict):
             raise BadProviderReply(f"model list entry {i} is not an object")
         mid = entry.get("id")
-        if not isinstance(mid, str) or not 1 <= len(mid) <= MAX_REF_CHARS or any(ord(c) < 0x20 for c in mid):
-            raise BadProviderReply(f"model list entry {i} has no valid id")
+        if not isinstance(mid, str):
+            raise BadProviderReply(f"model list entry {i} has no valid id: a model id must be a string")
+        problem = model_id_problem(mid)
+        if problem is not None:
+            raise BadProviderReply(f"model list entry {i} has no valid id: {problem}")
         name = entry.get("display_name", entry.get("name"))
         display = name if isinstance(name, str) and name.strip() and len(name) <= 200 else mid
         out[mid] = DiscoveredModel(

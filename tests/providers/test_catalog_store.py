@@ -16,7 +16,8 @@ def test_parse_model_list_reads_ids_and_hints_and_dedupes() -> None:
 
 
 @pytest.mark.parametrize("body", [b"", b"[]", b'{"data": {}}', b'{"data": [1]}', b'{"data": [{"id": ""}]}',
-                                  b'{"data": [{"id": "x\\u0000"}]}', b'{"data": [{"id": "%s"}]}' % (b"x" * 201)])
+                                  b'{"data": [{"id": "x\\u0000"}]}', b'{"data": [{"id": " "}]}',
+                                  b'{"data": [{"id": "%s"}]}' % (b"x" * 201)])
 def test_parse_model_list_refuses_malformed_bodies(body: bytes) -> None:
     with pytest.raises(BadProviderReply):
         parse_model_list(body)

@@ -324,3 +324,38 @@ async def test_a_model_list_is_parsed_off_the_trio_thread(tmp_path: Path, monkey
             listed = (await c.call("models.list", {"providerId": "local"}))["models"]
             assert {m["modelId"] for m in listed} == {"gpt-a", "gpt-b", "mine"}
     assert seen == [False]
+
+
+BAD_MODEL_IDS = [" ", "\u3000", "\u0000", "gpt\u0000", "a\nb", "m\u007f", "x" * 201]
+ODD_MODEL_IDS = ["openai/gpt-4.1", "llama3:8b", "claude-3@20240229", "accounts/f/models/llama v3", "é" * 200]
+
+
+async def test_one_model_id_rule_for_models_add_and_models_refresh(tmp_path: Path) -> None:
+    """models.add refused a NUL or an over-long model id only by length (``Ref``) and took a blank one (" "), while
+    models.refresh refused a provider's control characters: one rule now (store.rules.model_id_problem), so a
+    blank, a control character or 201 characters is INVALID_PARAMS from models.add and PROVIDER_BAD_REPLY from
+    models.refresh, with nothing written; the ids real catalogs use are taken by both. A database that already
+    holds such an id (written before the rule) still lists it, and models.remove takes it away."""
+    data = tmp_path / "data"
+    with trio.fail_after(60), FakeProvider(Reply(models=MODELS)) as server:
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await _provider(c, server)
+            state = probe.state(data)
+            for bad in BAD_MODEL_IDS:
+                err = await _err(c.call("models.add", {"providerId": "local", "modelId": bad}))
+                assert err.data_code == "INVALID_PARAMS" and "modelId" in str(err.data), (bad, err, err.data)
+                server.reply = Reply(models=[*MODELS, {"id": bad}])
+                err = await _err(c.call("models.refresh", {"providerId": "local"}))
+                assert err.data_code == "PROVIDER_BAD_REPLY", (bad, err)
+                assert probe.state(data) == state, f"a refused model id {bad!r} wrote something"
+            for odd in ODD_MODEL_IDS:
+                assert (await c.call("models.add", {"providerId": "local", "modelId": odd}))["model"]["modelId"] == odd
+            server.reply = Reply(models=[{"id": odd} for odd in ODD_MODEL_IDS[:-1]] + [{"id": "new/one:x@y.z"}])
+            assert (await c.call("models.refresh", {"providerId": "local"}))["added"] == 1
+    with sqlite3.connect(data / "pi.sqlite") as db:  # an id written before the rule
+        db.execute("INSERT INTO models(provider_id, model_id, display_name, updated_at) VALUES ('local', ' ', ' ', 1)")
+    db.close()
+    async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+        listed = (await c.call("models.list", {"providerId": "local"}))["models"]
+        assert " " in [m["modelId"] for m in listed]
+        assert (await c.call("models.remove", {"providerId": "local", "modelId": " "}))["deleted"] is True

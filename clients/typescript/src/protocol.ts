@@ -1346,7 +1346,7 @@ export interface ModelsAddParams {
   submissionId?: string | null;
   /** Message/turn/entry id. */
   providerId: string;
-  /** Loose reference (provider id, model id, principal): 1-200 chars. */
+  /** A model id (models.add; models.refresh keeps a provider's to the same rule): 1-200 characters, not blank, no control character (NUL, newline ...); '/', ':', '@', '.' and inner spaces are allowed. */
   modelId: string;
   displayName?: string | null;
   capabilities?: string[];
