@@ -22,6 +22,7 @@ from .models_common import (
     ThinkingLevel,
     TimestampMs,
     WireId,
+    trimmed,
 )
 
 # ---------------------------------------------------------------------------
@@ -29,7 +30,8 @@ from .models_common import (
 
 Cadence = Literal["manual", "hourly", "daily", "weekly"]
 TaskMode = Literal["plan", "agent", "goal", "chat"]
-TaskTitle = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+TaskTitle = Annotated[str, StringConstraints(min_length=1, max_length=200), trimmed(200, "a task title"),
+                     Field(description="Trimmed, 1-200 characters (a blank title is INVALID_PARAMS).")]
 Prompt = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_FIELD)]
 RunStatus = Literal["running", "completed", "aborted", "error"]
 RunTrigger = Literal["manual", "schedule"]
