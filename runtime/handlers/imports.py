@@ -92,6 +92,7 @@ class UnitCall:
     """The params of :data:`IMPORT_UNIT`: one session to import, and where to."""
 
     unit: SourceUnit
+    """As ``resolve_unit`` gave it back (its session's actor does not resolve it again)."""
     target: ImportTarget
     receipt: ReceiptKey | None = None
     """The ``import.sessions`` request's key: its write of the session carries it (a retry finds its own)."""
@@ -114,7 +115,7 @@ async def import_unit(ctx: SessionContext, call: UnitCall, key: ReceiptKey | Non
     blobs = ctx.services.get(BLOBS)
     async with blobs.lock:
         prepared = await ctx.io_with_reader(lambda conn: prepare_unit(conn, unit, target, now_ms=now,
-                                                                      receipt=receipt))
+                                                                      receipt=receipt, resolved=True))
         staged = prepared.staged
         if staged is None:
             return prepared.report

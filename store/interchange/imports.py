@@ -406,8 +406,9 @@ def prepare_unit(conn: sqlite3.Connection, unit: SourceUnit, target: ImportTarge
     (``lastImport``). When that record names this very request, the session holds what an earlier try of it
     wrote: it is parsed again (never ``unchanged`` unread) and answered as that try would have been.
 
-    ``resolved``: the caller gave ``unit`` as :func:`resolve_unit` gave it back on this connection, and it is not
-    resolved again (a first import of a Claude Code transcript peeks at its ``sessionId`` once, not twice).
+    ``resolved``: the caller gave ``unit`` as :func:`resolve_unit` gave it back (the offline :func:`import_unit`,
+    the host's ``import.sessions`` before it routes the unit to its session's actor), and it is not resolved again:
+    a first import of a Claude Code transcript peeks at its ``sessionId`` once, not twice.
     """
     earlier = unit if resolved else resolve_unit(conn, unit)
     if earlier is not unit:

@@ -206,3 +206,30 @@ async def test_without_its_main_transcript_a_subagent_file_keeps_the_imported_se
             rows_alone = await shown(c, sid)
             assert rows_alone and {role for _, role, name, _ in rows_alone if name is None} <= {"system"}
             assert (sid, "unchanged") in statuses(await call_import(c, projects))
+
+
+async def test_the_running_host_asks_for_a_new_transcripts_former_id_once(
+        tmp_path: Path, untouched_samples: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import.sessions`` resolved a unit (``resolve_unit``) before routing it to its session's actor, whose
+    ``prepare_unit`` resolved it again: a first import of a Claude Code transcript peeked at its ``sessionId``
+    (``former_ids``) twice. The actor takes the unit as resolved: once per import, a dry run once too."""
+    from store.interchange import imports as store_imports
+
+    path = in_project(tmp_path, untouched_samples / RENAMED)
+    asked: list[str] = []
+    real = store_imports.former_ids
+
+    def counted(unit: SourceUnit) -> tuple[str, ...]:
+        asked.append(str(unit.files[0]))
+        return real(unit)
+
+    monkeypatch.setattr(store_imports, "former_ids", counted)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, kind="ui") as c:
+            dry = await c.call("import.sessions", {"source": SOURCE, "root": str(path), "dryRun": True})
+            assert [s["status"] for s in dry["sessions"]] == ["would-new"]
+            assert asked == [str(path)]
+            asked.clear()
+            result = await c.call("import.sessions", {"source": SOURCE, "root": str(path)})
+            assert [s["status"] for s in result["sessions"]] == ["new"]
+            assert asked == [str(path)]  # before: twice
