@@ -461,6 +461,9 @@ class Client(GeneratedMethods):
         self.on_callback_error: Callable[[Exception, str], None] | None = None
         """Called with what ``on_state`` or ``on_connect`` raised and that callback's name (None: log it)."""
         self._last_state = ""
+        # the url of a host that closed our connection saying it was going away (1001: it stops), while its
+        # host.json may still name it: refused attempts to it are its shutdown, not news (nothing is said)
+        self._leaving: str | None = None
         self._wait_for_host = False
 
     @property
@@ -538,6 +541,7 @@ class Client(GeneratedMethods):
                     ws = await connect_websocket(info.url, headers=headers)
                 except HostNotRunning as exc:
                     self.last_error = exc
+                    self._leaving = None
                     if exc.no_data_dir or (self.connects == 0 and not self._wait_for_host):
                         self.fatal = exc
                         return
@@ -546,11 +550,14 @@ class Client(GeneratedMethods):
                     self.last_error = exc
                     if self._first_failure(url, exc):
                         return
-                    self._tell(f"waiting for the host to answer: {exc}")
+                    if not (url is not None and url == self._leaving and _refused_while_stopping(exc)):
+                        self._tell(f"waiting for the host to answer: {exc}")
                 else:
                     try:
                         await self._serve(ws, info.token)
                         delay = self._backoff
+                        closed = self.last_error
+                        self._leaving = url if isinstance(closed, WebSocketClosed) and closed.code == 1001 else None
                     except HostRefused as exc:
                         self.last_error = self.fatal = exc
                         return
@@ -832,3 +839,9 @@ async def connect(url: str | None = None, token: str | None = None, *,
         if single is None:
             raise
         raise single from single.__cause__
+
+
+def _refused_while_stopping(exc: BaseException) -> bool:
+    """What a host that is stopping answers a new connection until its ``host.json`` is gone: its port closed
+    (connection refused) or a busy handshake (503)."""
+    return isinstance(exc, ConnectionRefusedError) or (isinstance(exc, HandshakeRefused) and exc.code == 503)

@@ -1,0 +1,61 @@
+"""A host that closes a connection saying it is going away (1001: it stops) keeps its ``host.json`` until its
+actors have ended; a client that reconnects in that window was refused (its port closed) and said "waiting for
+the host to answer: [Errno 111] Connection refused", then, once the file was gone, "waiting for a host: no host
+is running": two lines where ``pi-host follow`` promises one ("a host that stops under it is said in one line").
+On a loaded machine the shutdown outlasts the first backoff, so ``tests/cli/test_cli_rough_edges.py``'s follow
+test failed in full runs. A refused attempt to the host that said it was going away is its shutdown, not news."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import trio
+from trio_websocket import WebSocketRequest, serve_websocket
+
+from pihost_client import connect
+
+
+async def test_a_host_going_away_is_said_once_when_it_is_gone(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("t0k3n")
+    states: list[str] = []
+    went_away, said_gone = trio.Event(), trio.Event()
+
+    async def _host_that_stops(request: WebSocketRequest) -> None:
+        ws = await request.accept()
+        hello = json.loads(await ws.get_message())
+        await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": hello["id"], "result": {"bootId": "b1"}}))
+        await trio.sleep(0.2)
+        await ws.aclose(code=1001, reason="the host is shutting down")
+        went_away.set()
+
+    def on_state(line: str) -> None:
+        states.append(line)
+        if line.startswith("waiting for a host:"):
+            said_gone.set()
+    async with trio.open_nursery() as nursery:
+        serving = trio.CancelScope()
+
+        async def serve(task_status: trio.TaskStatus[int]) -> None:
+            with serving:
+                async with trio.open_nursery() as inner:
+                    server = await inner.start(serve_websocket, _host_that_stops, "127.0.0.1", 0, None)
+                    task_status.started(server.port)
+
+        port = await nursery.start(serve)
+        (tmp_path / "host.json").write_text(json.dumps({"pid": os.getpid(), "url": f"ws://127.0.0.1:{port}",
+                                                        "tokenFile": "token"}))
+        with trio.fail_after(20):
+            async with connect(data_dir=tmp_path, on_state=on_state, backoff=0.05, max_backoff=0.1,
+                               keepalive_interval=None) as client:
+                await went_away.wait()
+                serving.cancel()  # the host's port closes: refused from now on
+                await trio.sleep(1.0)  # its host.json names it for a while: refused attempts, many
+                (tmp_path / "host.json").unlink()  # the host's last step
+                await said_gone.wait()
+                await client.aclose()
+        nursery.cancel_scope.cancel()
+    assert states[0] == "connected" and not any(s.startswith("reconnected") for s in states), states
+    assert [s for s in states[1:] if s.startswith("waiting")] == [
+        f"waiting for a host: no host is running on {tmp_path} (no host.json)"], states
