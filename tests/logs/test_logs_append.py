@@ -8,6 +8,7 @@ bounded and its category checked before a path is built.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -196,6 +197,14 @@ async def test_sigterm_leaves_the_host_log_complete(tmp_path: Path) -> None:
     writes what is queued, before the process exits)."""
     host = await trio.to_thread.run_sync(lambda: start_host_process(tmp_path))
     try:
+        # host.json comes before the freeze and the read warm-up: a SIGTERM then is "stop asked for before the
+        # host serves" (an orderly stop all the same); this test is about the serving host's shutdown records
+        log_file = tmp_path / "logs" / "host" / LOG_NAME
+        with trio.fail_after(30):
+            for _ in itertools.count():
+                if log_file.exists() and "listening" in [r["msg"] for r in _lines(log_file)]:
+                    break
+                await trio.sleep(0.02)
         assert await trio.to_thread.run_sync(host.terminate) == 0
     finally:
         await trio.to_thread.run_sync(host.kill9)
