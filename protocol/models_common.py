@@ -185,23 +185,17 @@ Rfc3339 = Annotated[
 ]
 
 
-def trimmed(max_chars: int, what: str) -> AfterValidator:
-    """The rule of a user-visible label (a session title, a task title, a provider name): trimmed, then
-    1-``max_chars`` characters, so a blank one (" ") is INVALID_PARAMS; the trimmed value is what is stored."""
-
-    def check(value: str) -> str:
-        kept = value.strip()
-        if not 1 <= len(kept) <= max_chars:
-            raise ValueError(f"{what} must be 1-{max_chars} characters after trimming")
-        return kept
-
-    return AfterValidator(check)
+def _check_title(value: str) -> str:
+    trimmed = value.strip()
+    if not 1 <= len(trimmed) <= MAX_TITLE_CHARS:
+        raise ValueError(f"title must be 1-{MAX_TITLE_CHARS} characters after trimming")
+    return trimmed
 
 
 Title = Annotated[
     str,
     StringConstraints(max_length=4 * MAX_TITLE_CHARS),
-    trimmed(MAX_TITLE_CHARS, "title"),
+    AfterValidator(_check_title),
     Field(description="Trimmed, 1-80 Unicode code points."),
 ]
 JsonObject = dict[str, Any]

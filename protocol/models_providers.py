@@ -8,11 +8,10 @@ from pydantic import Field, StringConstraints
 
 from store.rules import MAX_PROVIDERS
 
-from .models_common import JsonObject, MutatingParams, Params, Ref, Result, TimestampMs, WireId, trimmed
+from .models_common import JsonObject, MutatingParams, Params, Ref, Result, TimestampMs, WireId
 from .models_secrets import MAX_SECRET_CHARS
 
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200), trimmed(200, "a provider name"),
-                 Field(description="Trimmed, 1-200 characters (a blank name is INVALID_PARAMS).")]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 BaseUrl = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
 # Sent as an HTTP header value: a CR/LF (or any control character) could never be sent, and the failure
 # would read as an unreachable provider.

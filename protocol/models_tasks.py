@@ -22,7 +22,6 @@ from .models_common import (
     ThinkingLevel,
     TimestampMs,
     WireId,
-    trimmed,
 )
 
 # ---------------------------------------------------------------------------
@@ -30,8 +29,7 @@ from .models_common import (
 
 Cadence = Literal["manual", "hourly", "daily", "weekly"]
 TaskMode = Literal["plan", "agent", "goal", "chat"]
-TaskTitle = Annotated[str, StringConstraints(min_length=1, max_length=200), trimmed(200, "a task title"),
-                     Field(description="Trimmed, 1-200 characters (a blank title is INVALID_PARAMS).")]
+TaskTitle = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 Prompt = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_FIELD)]
 RunStatus = Literal["running", "completed", "aborted", "error"]
 RunTrigger = Literal["manual", "schedule"]

@@ -359,28 +359,3 @@ async def test_one_model_id_rule_for_models_add_and_models_refresh(tmp_path: Pat
         listed = (await c.call("models.list", {"providerId": "local"}))["models"]
         assert " " in [m["modelId"] for m in listed]
         assert (await c.call("models.remove", {"providerId": "local", "modelId": " "}))["deleted"] is True
-
-
-async def test_a_blank_provider_name_is_refused_as_a_blank_session_title_is(tmp_path: Path) -> None:
-    """A provider name of " " was stored (1-200 characters, untrimmed), while session.rename trims a title and
-    refuses a blank one. Provider names follow that rule (protocol.models_common.trimmed; the same type serves
-    providers.sync's declarations): a blank name is INVALID_PARAMS from providers.create and providers.update and
-    writes nothing; a name is stored trimmed. A row an older host stored with a blank name still lists."""
-    data = tmp_path / "data"
-    with trio.fail_after(30):
-        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
-            created = (await c.call("providers.create", {"id": "keep", "name": "  Keep  "}))["provider"]
-            assert created["name"] == "Keep"
-            state = probe.state(data)
-            for blank in (" ", "\t\n", "\u3000"):
-                for method, params in (("providers.create", {"id": "p", "name": blank}),
-                                       ("providers.update", {"providerId": "keep", "name": blank})):
-                    err = await _err(c.call(method, params))
-                    assert err.data_code == "INVALID_PARAMS" and "name" in str(err.data), (method, blank, err)
-                    assert probe.state(data) == state, f"{method} with the name {blank!r} wrote something"
-    with sqlite3.connect(data / "pi.sqlite") as db:  # a name written before the rule
-        db.execute("UPDATE providers SET name = ' ' WHERE id = 'keep'")
-    db.close()
-    async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
-        assert [p["name"] for p in (await c.call("providers.list", {}))["providers"]] == [" "]
-        assert (await c.call("providers.get", {"providerId": "keep"}))["provider"]["name"] == " "

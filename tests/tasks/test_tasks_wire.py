@@ -277,31 +277,3 @@ def test_run_settings_carry_the_session_independent_fields(conn: sqlite3.Connect
                       now_ms=NOW)
     payload = _fire(conn, NOW + HOUR)["f"]
     assert (payload["workspacePath"], payload["providerId"], payload["modelId"]) == ("/w", "openai", "gpt-5")
-
-
-async def test_a_blank_task_title_is_refused_as_a_blank_session_title_is(tmp_path: Path) -> None:
-    """A task title of " " was stored (1-200 characters, untrimmed), while session.rename trims a title and refuses
-    a blank one (seed 003 §4.5). Task titles follow the session titles' rule (protocol.models_common.trimmed), on
-    their own bound: a blank title is INVALID_PARAMS from tasks.create and tasks.update and writes nothing; a title
-    is stored trimmed. A row an older host stored with a blank title still lists."""
-    with trio.fail_after(30):
-        async with inprocess_host(tmp_path) as host, client_for(host) as c:
-            task = await c.call("tasks.create", {"title": "  Digest  ", "prompt": "p"})
-            assert task["title"] == "Digest"
-            for blank in (" ", "\t\n", "\u3000"):
-                for method, params in (("tasks.create", {"title": blank, "prompt": "p"}),
-                                       ("tasks.update", {"taskId": task["id"], "title": blank})):
-                    with pytest.raises(RpcError) as exc:
-                        await c.call(method, params)
-                    assert exc.value.data_code == "INVALID_PARAMS" and "title" in str(exc.value.data), exc.value
-            listed = (await c.call("tasks.list", {}))["tasks"]
-            assert [t["title"] for t in listed] == ["Digest"]
-    with sqlite3.connect(tmp_path / "pi.sqlite") as conn:
-        _legacy_row(conn, "old", "manual", {})
-        conn.execute("UPDATE scheduled_tasks SET title = ' ' WHERE id = 'old'")
-    conn.close()
-    with trio.fail_after(30):
-        async with inprocess_host(tmp_path) as host, client_for(host) as c:
-            listed = (await c.call("tasks.list", {}))["tasks"]
-            assert sorted(t["title"] for t in listed) == [" ", "Digest"]
-            m.TasksListResult.model_validate({"tasks": listed})

@@ -1982,7 +1982,6 @@ export interface Provider {
 }
 
 export interface ProviderDeclaration {
-  /** Trimmed, 1-200 characters (a blank name is INVALID_PARAMS). */
   name: string;
   /** Default custom. */
   vendorKey?: string | null;
@@ -2013,7 +2012,6 @@ export interface ProvidersChangedEvent {
 }
 
 export interface ProvidersCreateParams {
-  /** Trimmed, 1-200 characters (a blank name is INVALID_PARAMS). */
   name: string;
   /** Default custom. */
   vendorKey?: string | null;
@@ -3156,7 +3154,6 @@ export interface TasksCreateParams {
   calendarConfigured?: boolean | null;
   /** Generated when absent. */
   taskId?: string | null;
-  /** Trimmed, 1-200 characters (a blank title is INVALID_PARAMS). */
   title: string;
   prompt: string;
   cadence?: "manual" | "hourly" | "daily" | "weekly";
