@@ -130,7 +130,7 @@ class Counters:
 
 class _Sink(Protocol):
     def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
-            content: bool = False, encoded: bytes | None = None) -> None: ...
+            encoded: bytes | None = None) -> None: ...
 
 
 class _SingleSink:
@@ -138,9 +138,9 @@ class _SingleSink:
         self._conn = conn
 
     def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
-            content: bool = False, encoded: bytes | None = None) -> None:
+            encoded: bytes | None = None) -> None:
         if response is not None:
-            parts = self._conn.encode_reply(response, content=content, encoded=encoded)
+            parts = self._conn.encode_reply(response, encoded=encoded)
             self._conn.deliver(Frame(parts, sum(len(p) for p in parts)))
         for callback in after:
             callback()
@@ -159,10 +159,10 @@ class _BatchSink:
         self._bytes = 2  # the brackets
 
     def put(self, index: int, response: dict[str, Any] | None, after: Sequence[Callable[[], None]], *,
-            content: bool = False, encoded: bytes | None = None) -> None:
+            encoded: bytes | None = None) -> None:
         conn = self._conn
         if response is not None:
-            parts = conn.encode_reply(response, content=content, encoded=encoded)
+            parts = conn.encode_reply(response, encoded=encoded)
             size = sum(len(p) for p in parts)
             over_batch = self._bytes + size + 1 > self._budget
             if over_batch or not conn.hold_pieces(size):
@@ -415,8 +415,7 @@ class GatewayConnection:
         self.close(code, reason)
 
     # -- outbound ------------------------------------------------------------
-    def encode_reply(self, response: dict[str, Any], *, content: bool = False,
-                     encoded: bytes | None = None) -> tuple[bytes, ...]:
+    def encode_reply(self, response: dict[str, Any], *, encoded: bytes | None = None) -> tuple[bytes, ...]:
         """Encode once, as the pieces of one frame's payload; a reply over the reply cap is answered
         ``PAYLOAD_TOO_LARGE`` instead. ``encoded``: the response's bytes, encoded and trimmed already
         (in a worker thread: ``_encode_long``).
@@ -433,7 +432,7 @@ class GatewayConnection:
         cap = self._config.max_reply_bytes
         parts = encoded_parts(response)
         if parts is None:
-            data = encode(response, big_strings=content) if encoded is None else encoded
+            data = encode(response) if encoded is None else encoded
             if len(data) <= cap:
                 return (trim(data) if encoded is None else data,)
             size = len(data)
