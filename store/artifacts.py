@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from store.errors import InvalidCursor
+from store.fsutil import database_folder
 from store.jsonio import Readable, readable, stored_value
 
 TOOL_OPS: Mapping[str, str] = {"write": "write", "edit": "edit", "multiedit": "edit", "delete": "delete"}
@@ -99,10 +100,8 @@ def may_have_effects(record: Mapping[str, Any]) -> bool:
 
 def scratch_dir(conn: sqlite3.Connection, session_id: str) -> str | None:
     """``<data dir>/scratch/<session>``, derived from the index file's location (None in memory)."""
-    for _, name, file in conn.execute("PRAGMA database_list"):
-        if name == "main" and file:
-            return os.path.join(os.path.dirname(file), "scratch", session_id)
-    return None
+    folder = database_folder(conn)
+    return None if folder is None else os.path.join(folder, "scratch", session_id)
 
 
 def _inside(path: str, directory: str | None) -> bool:

@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import secrets
+import sqlite3
 import stat
 import threading
 
@@ -248,3 +249,11 @@ def remove_file_durable(path: str | os.PathLike[str], *, owed: OwedSyncs | None 
     except OSError as exc:
         raise classify_os_error(exc, f"remove {target}") from exc
     return True
+
+
+def database_folder(conn: sqlite3.Connection) -> str | None:
+    """The folder of ``conn``'s main database file: the data directory (None for a database in memory)."""
+    for _, name, file in conn.execute("PRAGMA database_list"):
+        if name == "main" and file:
+            return os.path.dirname(str(file))
+    return None

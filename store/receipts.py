@@ -44,7 +44,7 @@ from typing import Any, Final
 import orjson
 
 from store.errors import CorruptData, IdempotencyConflict, IOFailure, classify_os_error
-from store.fsutil import atomic_write, fsync_dir, is_temp_name, open_nofollow
+from store.fsutil import atomic_write, database_folder, fsync_dir, is_temp_name, open_nofollow
 
 __all__ = [
     "FILE_BYTES",
@@ -219,10 +219,8 @@ def store(
 
 def receipts_dir(conn: sqlite3.Connection) -> Path | None:
     """``<data dir>/receipts``, beside the index file (``None``: a database in memory)."""
-    for _, name, file in conn.execute("PRAGMA database_list"):
-        if name == "main" and file:
-            return Path(file).parent / RECEIPTS_DIR
-    return None
+    folder = database_folder(conn)
+    return None if folder is None else Path(folder) / RECEIPTS_DIR
 
 
 def _ensure_dir(directory: Path) -> None:
