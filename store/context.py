@@ -11,6 +11,12 @@ snapshots live.
 * skipped: tombstoned messages, ``system`` notices, and subagent-attributed
   rows (``meta.parentToolCallId`` or ``meta.agentName``) — the parent only ever
   saw the delegate's report, which is the ``Task`` tool result;
+* a tool result whose call was tombstoned: a ``tool`` row's ``tool_call``
+  block whose ``callId`` only a tombstoned (non-tool) message holds is dropped,
+  and the row with it when no block is left (a provider refuses a result whose
+  call is missing). The reverse stays: a call whose ``tool`` row was
+  tombstoned keeps its place (a call with no result yet is the normal mid-turn
+  state, and the host cannot tell the two apart; adapters fill in a result);
 * the newest *valid* compaction checkpoint (its ``throughMessageId`` still
   exists, and no tombstone hides the checkpoint itself: a pi import hides one
   on a branch the file left) starts the context: one summary message (role
@@ -175,7 +181,43 @@ def build_session_context(
         msg = context_message(rec)
         if msg is not None:
             out.append(msg)
+    tails = (checkpoint.get("retainedTail") or ()) if checkpoint is not None else ()
+    hidden_calls = _tombstoned_calls([*records, *(t for t in tails if isinstance(t, Mapping))], tombstoned)
+    if hidden_calls:
+        out = _without_results_of(out, hidden_calls)
     return {"messages": out, "compaction": checkpoint}
+
+
+def _call_ids(record: Mapping[str, Any]) -> set[str]:
+    return {b["callId"] for b in blocks_of(record)
+            if isinstance(b, Mapping) and b.get("type") == "tool_call" and isinstance(b.get("callId"), str)}
+
+
+def _tombstoned_calls(records: Iterable[Mapping[str, Any]], tombstoned: frozenset[str]) -> set[str]:
+    """The call ids of the tool calls tombstoned messages (other than ``tool`` rows: those hold results) make."""
+    out: set[str] = set()
+    for rec in records:
+        if rec.get("id") in tombstoned and rec.get("role") != "tool":
+            out |= _call_ids(rec)
+    return out
+
+
+def _without_results_of(messages: list[dict[str, Any]], hidden_calls: set[str]) -> list[dict[str, Any]]:
+    """``messages`` minus the results (``tool`` rows' ``tool_call`` blocks) of the calls in ``hidden_calls``
+    that no message of the context makes any more; a row left with no block goes too."""
+    hidden = hidden_calls - {cid for msg in messages if msg.get("role") != "tool" for cid in _call_ids(msg)}
+    if not hidden:
+        return messages
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if msg.get("role") == "tool":
+            blocks = [b for b in msg["blocks"] if not (b.get("type") == "tool_call" and b.get("callId") in hidden)]
+            if not blocks:
+                continue
+            if len(blocks) != len(msg["blocks"]):
+                msg = {**msg, "blocks": blocks}
+        out.append(msg)
+    return out
 
 
 # --------------------------------------------------------------------------- latest Turn context

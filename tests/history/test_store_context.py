@@ -103,6 +103,25 @@ def test_retained_tail_follows_summary_unless_kept_in_full_or_tombstoned() -> No
     assert ctx_ids(out) == ["c1", "u2", "a3"]
 
 
+def test_a_tombstoned_call_takes_its_results_out_of_the_context() -> None:
+    def call(mid: str, role: str, *cids: str) -> dict[str, Any]:
+        blocks = [{"type": "tool_call", "callId": c, "name": "Read", **({"result": "r"} if role == "tool" else {})}
+                  for c in cids]
+        return {"type": "message", "id": mid, "role": role, "blocks": blocks}
+
+    recs = [m("u1"), call("a1", "assistant", "c1"), call("t1", "tool", "c1"), call("a2", "assistant", "c2"),
+            call("t2", "tool", "c2")]
+    assert ctx_ids(build_session_context(recs, [], {"a1"})) == ["u1", "a2", "t2"]
+    assert ctx_ids(build_session_context(recs, [], {"t2"})) == ["u1", "a1", "t1", "a2"]  # the call stays
+    # a call another kept message still makes keeps its result; a self-contained tool row is its own call
+    assert ctx_ids(build_session_context([*recs, call("a3", "assistant", "c1")], [], {"a1"})) == [
+        "u1", "t1", "a2", "t2", "a3"]
+    # the call tombstoned in a checkpoint's retained tail
+    tail = call("a1", "assistant", "c1")
+    out = build_session_context(recs, [cp("k1", "a1", tail=[tail])], {"a1"})
+    assert ctx_ids(out) == ["k1", "a2", "t2"]
+
+
 def test_a_first_kept_message_after_the_boundary_never_skips_messages() -> None:
     recs = [m("u1"), m("a1", "assistant"), m("u2"), m("a2", "assistant")]
     out = build_session_context(recs, [cp("c1", "a1", first_kept="a2")], ())

@@ -254,3 +254,55 @@ async def test_an_archived_delete_survives_a_restart_and_a_lost_index_and_its_re
             assert await _shown(c, sid) == {"u1": False, "a1": False, "u2": False, "a2": True}
             await index_caught_up(host)
             assert deleted_flags(tmp_path, sid) == {"u1": 0, "a1": 0, "u2": 0, "a2": 1}
+
+
+def _call(cid: str, name: str, **extra: object) -> dict[str, object]:
+    return {"type": "tool_call", "callId": cid, "name": name, "args": {"path": "a.py"}, **extra}
+
+
+async def test_context_leaves_out_the_results_of_a_tombstoned_call(tmp_path):
+    """Seed 000 §3.3-4: context derivation skips a tombstone; a tool result whose call it skipped would
+    reach the provider unpaired (refused), so it goes too. The reads keep both, flagged or not."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            for m in (msg("u1", "read it"),
+                      msg("a1", "reading", role="assistant", blocks=[{"type": "text", "text": "reading"},
+                                                                   _call("c1", "Read"), _call("c3", "Read")]),
+                      msg("t1", "", role="tool", blocks=[_call("c1", "Read", result="one", status="ok")]),
+                      # one row holding the results of a call a1 makes and of one a2 makes
+                      msg("t13", "", role="tool", blocks=[_call("c3", "Read", result="three", status="ok"),
+                                                          _call("c2", "Grep", result="two", status="ok")]),
+                      msg("a2", "", role="assistant", blocks=[_call("c2", "Grep")]),
+                      msg("t2", "", role="tool", blocks=[_call("c2", "Grep", result="two", status="ok")]),
+                      msg("a3", "done", role="assistant")):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": m})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["u1", "a1", "t1", "t13", "a2", "t2", "a3"]
+
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a1"})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["u1", "t13", "a2", "t2", "a3"]
+            (t13,) = [m for m in ctx["messages"] if m["id"] == "t13"]
+            assert [b["callId"] for b in t13["blocks"]] == ["c2"]  # c3's result left with its call
+            # the reads and the tree still hold every message, the tombstoned one flagged
+            assert await _shown(c, sid) == {"u1": False, "a1": True, "t1": False, "t13": False, "a2": False,
+                                            "t2": False, "a3": False}
+            got = await c.call("session.get", {"sessionId": sid, "full": True})
+            (t13_read,) = [m for m in got["messages"] if m["id"] == "t13"]
+            assert [b["callId"] for b in t13_read["blocks"]] == ["c3", "c2"]
+            tree = (await c.call("session.tree", {"sessionId": sid}))["nodes"]
+            assert [(n["messageId"], n["deleted"]) for n in tree] == [
+                ("u1", False), ("a1", True), ("t1", False), ("t13", False), ("a2", False), ("t2", False),
+                ("a3", False)]
+
+            # a tombstoned result leaves its call in place (a call with no result yet is a turn's normal state)
+            await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "t2"})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["u1", "t13", "a2", "a3"]
+
+            await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "a1"})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["u1", "a1", "t1", "t13", "a2", "a3"]
+            (t13,) = [m for m in ctx["messages"] if m["id"] == "t13"]
+            assert [b["callId"] for b in t13["blocks"]] == ["c3", "c2"]
