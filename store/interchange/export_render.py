@@ -4,7 +4,9 @@ Every block kind of the vocabulary renders: text (as written: it is Markdown
 already; in HTML, fenced code becomes ``<pre><code>``), thinking (only when
 asked, collapsed), tool calls (collapsed: name and status in the summary,
 arguments and result inside), attachments (HTML inlines image bytes from the
-attachment store as ``data:`` URIs when small enough), hosted web search
+attachment store as ``data:`` URIs when small enough; a block whose blob was
+evicted, marked ``evicted`` as ``session.get`` reads it, shows
+``[attachment evicted: <name>]`` instead, with no ref), hosted web search
 (queries and source links) and any unknown block (its JSON). Checkpoints are
 dividers with their summary; subagent rows carry their agent name.
 
@@ -32,6 +34,7 @@ ROLE_LABEL = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system"
 _TICKS = re.compile(r"`{3,}")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 _SAFE_URL = re.compile(r"^https?://", re.I)
+EVICTED_NOTE = "its bytes were evicted from this host's attachment store and are not in this export"
 
 
 def _json(value: Any) -> str:
@@ -142,8 +145,10 @@ class MarkdownWriter(_Writer):
             return "\n".join([*body, "", "</details>"])
         if kind == "attachment":
             size = f", {block['size']} bytes" if isinstance(block.get("size"), int) else ""
-            return f"Attachment: **{block.get('name', '')}** ({block.get('mimeType', block.get('kind'))}{size}) — " \
-                   f"`{block.get('ref', '')}`"
+            what = f"{block.get('mimeType', block.get('kind'))}{size}"
+            if block.get("evicted") is True:  # no ref: it names bytes that are gone
+                return f"[attachment evicted: **{block.get('name', '')}**] — {what}; {EVICTED_NOTE}"
+            return f"Attachment: **{block.get('name', '')}** ({what}) — `{block.get('ref', '')}`"
         if kind == "hostedSearch":
             lines = [f"**Web search** ({block.get('status', '')})"]
             for rnd in block.get("rounds") or ():
@@ -312,6 +317,10 @@ class HtmlWriter(_Writer):
         name = html.escape(str(block.get("name", "")))
         mime = str(block.get("mimeType") or "")
         ref = str(block.get("ref", ""))
+        size = f", {block['size']} bytes" if isinstance(block.get("size"), int) else ""
+        if block.get("evicted") is True:  # never inlined: bytes still on disk are on their way out
+            return (f"<p class=\"attachment evicted\">[attachment evicted: <b>{name}</b>] — "
+                    f"{html.escape(mime or 'file')}{size}; {EVICTED_NOTE}</p>")
         store = self.options.attachments
         if store is not None and mime.startswith("image/") and ref.startswith("attachments/"):
             try:
@@ -322,7 +331,6 @@ class HtmlWriter(_Writer):
                             f"<figcaption>{name}</figcaption></figure>")
             except (OSError, InvalidInput):
                 pass
-        size = f", {block['size']} bytes" if isinstance(block.get("size"), int) else ""
         return f"<p class=\"attachment\">Attachment: <b>{name}</b> ({html.escape(mime or 'file')}{size})</p>"
 
     def checkpoint(self, record: Mapping[str, Any]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from store import attachments
 from store.attachments import AttachmentFiles
 from store.config.secrets import SecretStore, upsert_meta
 from store.indexing import index
@@ -209,6 +210,22 @@ def test_html_is_self_contained_and_escaped(session: Any) -> None:
     assert re.findall(r'href="([^"]+)"', page) == ["https://example.com/formats"]
     assert page.count("<details class=\"tool\">") == 3 and "<details class=\"tool\" open" not in page
     assert "<pre><code class=\"language-python\">print(&#x27;hello export&#x27;)</code></pre>" in page
+
+
+def test_an_image_being_evicted_is_marked_and_not_inlined(session: Any) -> None:
+    """Between the GC's two steps the references are marked and the bytes are still on disk (seed 000 §2.3:
+    "Eviction marks references before deleting bytes"): the page shows the marker, not the going bytes."""
+    conn, path, blobs, _ = session
+    sha = blobs.put_bytes(PNG)[0]
+    tx(conn, lambda c: attachments.record_blob(c, sha, len(PNG), "image/png", NOW))
+    tx(conn, lambda c: attachments.mark_for_eviction(c, [sha], NOW))
+    assert blobs.path(sha).is_file()
+    page = export(conn, path, "html", attachments=blobs)[0].decode()
+    assert "data:image/png" not in page
+    assert '<p class="attachment evicted">[attachment evicted: <b>screen.png</b>] — image/png, ' in page
+    assert "Attachment: <b>notes.txt</b>" in page  # an absolute path is no blob: never marked
+    md = export(conn, path, "md")[0].decode()
+    assert "[attachment evicted: **screen.png**] — image/png, " in md and f"attachments/{sha}" not in md
 
 
 def chromium() -> str | None:

@@ -155,3 +155,34 @@ async def test_thinking_inside_a_checkpoint_is_left_out_unless_asked(tmp_path: P
                 {"text": "kept answer"}, {"role": "assistant", "blocks": [{"type": "text", "text": "ok"}]}]
             full = await c.call("session.export", {"sessionId": sid, "format": "jsonl", "includeThinking": True})
             assert full["content"].count("marmalade") == 4
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+async def test_an_evicted_attachment_is_marked_not_linked(tmp_path: Path, fmt: str) -> None:
+    """Seed 000 §2.3: a reference to bytes the GC evicted says so wherever it is read. The Markdown and
+    HTML exports show ``[attachment evicted: <name>]`` (as the JSONL's blocks say ``evicted``), never the
+    ref of bytes that are gone nor an inlined image; an attachment whose bytes are here is shown as before."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "ui", kind="ui") as c:
+            gone = await c.call("attachments.put", {"name": "old.png", "mimeType": "image/png",
+                                                    "dataBase64": base64.b64encode(PNG).decode()})
+            kept = await c.call("attachments.put", {"name": "new.png", "mimeType": "image/png",
+                                                    "dataBase64": base64.b64encode(PNG[:-1] + b"!").decode()})
+            sids = []
+            for name, put in (("old.png", gone), ("new.png", kept)):
+                sid = (await c.call("session.create", {"title": name}))["id"]
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", "see", blocks=[
+                    {"type": "text", "text": "see"},
+                    {"type": "attachment", "kind": "image", "name": name, "ref": put["ref"],
+                     "mimeType": "image/png", "size": len(PNG)}])})
+                sids.append(sid)
+            await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": len(PNG) + 10})
+            gc = await c.call("attachments.gc", {"activeSessionId": sids[1]})
+            assert gc["evicted"] == [gone["sha256"]]
+            text = (await c.call("session.export", {"sessionId": sids[0], "format": fmt}))["content"]
+            marker = "[attachment evicted: **old.png**]" if fmt == "md" else "[attachment evicted: <b>old.png</b>]"
+            assert marker in text and "not in this export" in text
+            assert gone["sha256"] not in text and "data:image/png" not in text
+            text = (await c.call("session.export", {"sessionId": sids[1], "format": fmt}))["content"]
+            assert "attachment evicted" not in text
+            assert (kept["ref"] if fmt == "md" else "data:image/png;base64,") in text
