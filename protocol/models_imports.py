@@ -57,7 +57,8 @@ class ImportSessionReport(Result):
     status: Literal["new", "updated", "unchanged", "refused", "would-new", "would-updated"]
     reason: str | None = Field(default=None, description="A refusal's stable code (NOT_A_SESSION_FILE, ...).")
     message: str | None = None
-    messages: dict[str, Count] = Field(description="Messages by role.")
+    messages: dict[str, Count] = Field(description="Messages by role, as the transcript holds them (a record "
+                                       "left out because it cannot be written is counted in skippedBlocks only).")
     tool_calls: Count = 0
     tool_results: Count = 0
     thinking_blocks: Count = 0
@@ -72,7 +73,9 @@ class ImportSessionsResult(Result):
     dry_run: bool
     total: Count = Field(description="Sessions found under the root.")
     counts: ImportCounts
-    messages: Count = Field(description="Messages parsed in the sessions imported (or that would be).")
+    messages: Count = Field(description="Messages of the sessions imported (or that would be), as their "
+                            "transcripts hold them: a record left out because it cannot be written (skippedBlocks) "
+                            "is not counted.")
     new_messages: Count = Field(description="Messages this import added (a re-import of unchanged files adds none).")
     hidden_off_branch: Count = Field(description="Messages hidden because the source holds them off its active branch.")
     restored_on_branch: Count = Field(

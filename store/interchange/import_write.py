@@ -85,6 +85,7 @@ from store.interchange.importers.common import (
     SourceUnit,
     join_id,
     stamp,
+    uncount_output,
 )
 from store.interchange.importers.reader import LineReader
 from store.jsonio import dumps_line, loads_line
@@ -663,14 +664,27 @@ def _writable(records: Iterable[dict[str, Any]], report: SessionReport) -> Itera
     source's value nested past the encoder's depth (orjson writes 254 levels and parses 1024; a tool's
     arguments, a database row, a line of an export) parses, and its importer builds the record from it. The
     line is the one written (no record is encoded twice), and a record left out is left out of the branch
-    order too (:class:`_LiveOrder`)."""
+    order too (:class:`_LiveOrder`), and out of the report's message counts (``messages`` by role,
+    ``compactions``, ...: they say what the session holds) unless a line of the same id is written (a
+    replacement line, which the counts never counted on its own)."""
+    written: set[tuple[Any, str]] = set()
+    left_out: dict[tuple[Any, str], dict[str, Any]] = {}  # the first (the counted) record of an id left out
     for record in records:
+        rid = record.get("id")
+        key = (record.get("type"), rid) if isinstance(rid, str) else None
         try:
             line = dumps_line(record)
         except InvalidInput:
             report.skipped_blocks[f"{str(record.get('type'))[:40]}(cannot be written)"] += 1
+            if key is not None and key not in written:
+                left_out.setdefault(key, record)
             continue
+        if key is not None:
+            written.add(key)
+            left_out.pop(key, None)
         yield record, line
+    for record in left_out.values():
+        uncount_output(report, record)
 
 
 def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, staged: StagedImport, spans: Spans,

@@ -16,6 +16,7 @@ from runtime.client import HostClient, RpcError
 from store.interchange.importers.common import session_id_for
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.importers import gen
+from tests.importers.test_deep_records import source as deep_source
 from tests.importers.test_samples import EXPECTED
 from tests.samplekit import sample_files, untouched_samples
 
@@ -266,3 +267,23 @@ async def test_the_git_state_of_an_imported_session_is_served_by_session_get_and
         assert got["session"]["historyGit"] == expected
         listed = (await c.call("session.list", {"limit": 50}))["sessions"]
         assert [s["historyGit"] for s in listed if s["id"] == sid] == [expected]
+
+
+@pytest.mark.parametrize("source", ["pi", "codex"])
+async def test_a_record_left_out_as_unwritable_is_not_in_the_messages_count(tmp_path: Path, source: str) -> None:
+    """Reproduces: a record nested past what a transcript line can hold is left out (``skippedBlocks``
+    ``message(cannot be written)``) and the result's ``messages`` still counted it, one more than the
+    session holds (``newMessages`` was right)."""
+    root = tmp_path / "src"
+    root.mkdir()
+    deep_source(source, root)
+    async with inprocess_host(tmp_path / "data") as host, client_for(host, "importer", "ui") as c:
+        dry = await c.call("import.sessions", {"source": source, "root": str(root), "dryRun": True})
+        assert dry["messages"] == 3
+        result, events = await import_with_events(c, {"source": source, "root": str(root), "importId": "deep-1"})
+        [rep] = result["sessions"]
+        assert rep["skippedBlocks"] == {"message(cannot be written)": 1}
+        assert (result["messages"], result["newMessages"]) == (3, 3) and events[-1]["messages"] == 3
+        assert rep["messages"] == {"user": 2, "assistant": 1}
+        got = await c.call("session.get", {"sessionId": rep["sessionId"], "full": True})
+        assert len(got["messages"]) == 3

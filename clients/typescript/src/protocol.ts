@@ -954,7 +954,7 @@ export interface ImportSessionReport {
   /** A refusal's stable code (NOT_A_SESSION_FILE, ...). */
   reason?: string | null;
   message?: string | null;
-  /** Messages by role. */
+  /** Messages by role, as the transcript holds them (a record left out because it cannot be written is counted in skippedBlocks only). */
   messages: { [key: string]: number };
   toolCalls?: number;
   toolResults?: number;
@@ -986,7 +986,7 @@ export interface ImportSessionsResult {
   /** Sessions found under the root. */
   total: number;
   counts: ImportCounts;
-  /** Messages parsed in the sessions imported (or that would be). */
+  /** Messages of the sessions imported (or that would be), as their transcripts hold them: a record left out because it cannot be written (skippedBlocks) is not counted. */
   messages: number;
   /** Messages this import added (a re-import of unchanged files adds none). */
   newMessages: number;

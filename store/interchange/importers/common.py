@@ -88,6 +88,7 @@ __all__ = [
     "message_record",
     "session_id_for",
     "stamp",
+    "uncount_output",
 ]
 
 SOURCES = ("claude-code", "codex", "pi", "opencode", "pi-host")
@@ -580,19 +581,29 @@ class Emitter:
         return len(self._queue)
 
 
-def count_output(report: SessionReport, record: Mapping[str, Any]) -> None:
-    """Tally one record as it leaves the parser (what the report's message counts mean)."""
+def count_output(report: SessionReport, record: Mapping[str, Any], by: int = 1) -> None:
+    """Tally one record as it leaves the parser (what the report's message counts mean); ``by=-1`` takes
+    back the tally of a record the writer then left out (:func:`uncount_output`)."""
     if record.get("type") == "compaction":
-        report.compactions += 1
+        report.compactions += by
         return
-    report.messages[str(record.get("role"))] += 1
+    role = str(record.get("role"))
+    report.messages[role] += by
+    if report.messages[role] <= 0:
+        del report.messages[role]
     meta = record.get("meta")
     if isinstance(meta, Mapping) and (meta.get("parentToolCallId") or meta.get("agentName")):
-        report.attributed += 1
+        report.attributed += by
     for block in record.get("blocks") or ():
         kind = block.get("type")
         if kind == "thinking":
-            report.thinking_blocks += 1
+            report.thinking_blocks += by
+
+
+def uncount_output(report: SessionReport, record: Mapping[str, Any]) -> None:
+    """Take back the tally of a record the transcript writer could not write (left out, counted in
+    ``skippedBlocks``): the report's message counts say what the session holds."""
+    count_output(report, record, by=-1)
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,8 @@ class SessionReport:
     reason: str | None = None
     message: str | None = None
     messages: Counter[str] = field(default_factory=Counter)
-    """Messages produced, by role."""
+    """Messages produced, by role, minus those the writer left out (``skipped_blocks``): what the
+    session holds from the source."""
     tool_calls: int = 0
     tool_results: int = 0
     """Tool calls that got their result."""
@@ -97,7 +98,8 @@ class SessionReport:
     skipped_blocks: Counter[str] = field(default_factory=Counter)
     new_records: int = 0
     new_messages: int = 0
-    """Messages this import added to the transcript (``messages`` counts what was parsed)."""
+    """Messages this import added to the transcript (``messages`` counts what the session holds from the
+    source, added now or by an earlier import)."""
     replaced_records: int = 0
     unchanged_records: int = 0
     appended_bytes: int = 0
