@@ -43,6 +43,7 @@ from store.rules import (  # noqa: E402 - re-exported for the models
     SESSION_REF_RE,
     WIRE_ID_RE,
     is_absolute_path,
+    label_problem,
     path_problem,
 )
 
@@ -185,10 +186,27 @@ Rfc3339 = Annotated[
 ]
 
 
+def label_rule(what: str) -> AfterValidator:
+    """The one rule of a user-visible label (a session title, a task title, a provider name): ``store.rules.
+    label_problem`` (not blank, no control character but tab, line feed and carriage return) refuses it as
+    INVALID_PARAMS. It only refuses: the value is kept as sent (a session title is then trimmed by ``Title``)."""
+
+    def check(value: str) -> str:
+        problem = label_problem(value)
+        if problem is not None:
+            raise ValueError(f"{what} {problem}")
+        return value
+
+    return AfterValidator(check)
+
+
 def _check_title(value: str) -> str:
     trimmed = value.strip()
     if not 1 <= len(trimmed) <= MAX_TITLE_CHARS:
         raise ValueError(f"title must be 1-{MAX_TITLE_CHARS} characters after trimming")
+    problem = label_problem(value)  # checked before trimming: a trailing U+001F is no whitespace to drop
+    if problem is not None:
+        raise ValueError(f"title {problem}")
     return trimmed
 
 
@@ -196,7 +214,8 @@ Title = Annotated[
     str,
     StringConstraints(max_length=4 * MAX_TITLE_CHARS),
     AfterValidator(_check_title),
-    Field(description="Trimmed, 1-80 Unicode code points."),
+    Field(description="Trimmed, 1-80 Unicode code points; no control character but tab, line feed and "
+          "carriage return (a NUL, ESC ... is INVALID_PARAMS)."),
 ]
 JsonObject = dict[str, Any]
 

@@ -8,10 +8,12 @@ from pydantic import Field, StringConstraints
 
 from store.rules import MAX_PROVIDERS
 
-from .models_common import JsonObject, MutatingParams, Params, Ref, Result, TimestampMs, WireId
+from .models_common import JsonObject, MutatingParams, Params, Ref, Result, TimestampMs, WireId, label_rule
 from .models_secrets import MAX_SECRET_CHARS
 
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200), label_rule("a provider name"),
+                 Field(description="1-200 characters, kept as sent; blank or holding a control character other than "
+                       "tab, line feed, carriage return is INVALID_PARAMS.")]
 BaseUrl = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
 # Sent as an HTTP header value: a CR/LF (or any control character) could never be sent, and the failure
 # would read as an unreachable provider.

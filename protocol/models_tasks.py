@@ -22,6 +22,7 @@ from .models_common import (
     ThinkingLevel,
     TimestampMs,
     WireId,
+    label_rule,
 )
 
 # ---------------------------------------------------------------------------
@@ -29,7 +30,9 @@ from .models_common import (
 
 Cadence = Literal["manual", "hourly", "daily", "weekly"]
 TaskMode = Literal["plan", "agent", "goal", "chat"]
-TaskTitle = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+TaskTitle = Annotated[str, StringConstraints(min_length=1, max_length=200), label_rule("a task title"),
+                      Field(description="1-200 characters, kept as sent; blank or holding a control character "
+                            "other than tab, line feed, carriage return is INVALID_PARAMS.")]
 Prompt = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_FIELD)]
 RunStatus = Literal["running", "completed", "aborted", "error"]
 RunTrigger = Literal["manual", "schedule"]

@@ -240,6 +240,27 @@ def model_id_problem(value: str) -> str | None:
     return None
 
 
+LABEL_CONTROLS_KEPT: Final = frozenset("\t\n\r")
+"""The control characters a label may hold: the whitespace a pasted line carries (a title ending in a tab reads
+back exactly, tests/hostile/test_unicode_wire.py)."""
+
+
+def label_problem(value: str) -> str | None:
+    """Why ``value`` is no user-visible label (a session title, a task title, a provider name), else ``None``: blank
+    (only whitespace: " ", U+3000 ...), or holding a control character other than tab, line feed and carriage
+    return (a NUL, ESC, any other C0, DEL). The wire refuses such a label as INVALID_PARAMS and writes nothing; it
+    never rewrites one (what is stored reads back exactly, session titles aside: those are stored trimmed). Its
+    length bound is the field's own. A row stored before the rule (an older database, an import, a config-sync
+    bundle) still lists, reads, renames and deletes: only what a client sends is checked."""
+    bad = next((c for c in value if (ord(c) < 0x20 or c == "\x7f") and c not in LABEL_CONTROLS_KEPT), None)
+    if bad is not None:
+        return (f"must not contain the control character U+{ord(bad):04X} "
+                "(tab, line feed and carriage return are allowed)")
+    if not value.strip():
+        return "must not be blank"
+    return None
+
+
 def text_problem(value: object, max_chars: int) -> str | None:
     """Why ``value`` is not a string of 1..``max_chars`` characters (a wire field declared with
     ``StringConstraints(min_length=1, max_length=max_chars)``), else ``None``. The store checks a value

@@ -318,3 +318,24 @@ async def test_memory_of_another_writers_entry_shape_travels_as_it_reads_and_a_d
             text = (await c.call("settings.get", {"ns": "projectMemory", "key": str(tmp_path / "text")}))["value"]
             assert text["content"] == "legacy text"
             assert "value" not in await c.call("settings.get", {"ns": "projectMemory", "key": str(tmp_path / "broken")})
+
+
+async def test_a_bundle_whose_provider_name_breaks_the_label_rule_still_applies(tmp_path: Path) -> None:
+    """providers.create refuses a blank name or one holding a control character (store.rules.label_problem), but
+    a bundle is rows another database stored, perhaps before that rule: apply takes such a name as the bundle
+    carries it (as that database lists it) rather than refusing the whole bundle for one label; the row then
+    lists here, and providers.update renames it."""
+    data = tmp_path / "data"
+    with trio.fail_after(30):
+        async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
+            await c.call("configSync.configure", {})
+            key = base64.b64decode((await c.call("secrets.get", {"ref": sync.VAULT_KEY_REF}))["value"])
+            doc = {"schema": 1, "providers": [{"id": "blank", "name": " "}, {"id": "nul", "name": "a\x00b"},
+                                              {"id": "ok", "name": "OK"}]}
+            blob = base64.b64encode(sync.encode_bundle(key, doc)).decode()
+            out = await c.call("configSync.apply", {"bundleBase64": blob})
+            assert out["applied"]["providers"] == 3
+            names = {p["id"]: p["name"] for p in (await c.call("providers.list", {}))["providers"]}
+            assert names == {"blank": " ", "nul": "a\x00b", "ok": "OK"}
+            assert (await c.call("providers.update", {"providerId": "blank", "name": "Named"}))["provider"]["name"] \
+                == "Named"

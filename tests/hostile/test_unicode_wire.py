@@ -26,6 +26,7 @@ from wsproto.events import AcceptConnection, CloseConnection, Message, Request, 
 
 from runtime.client import HostClient, RpcError
 from runtime.host import RunningHost
+from store.rules import label_problem
 from store.search.search_text import fold
 from tests.hostile.wire import error_code, exchange, hello_frame, raw_connection, request
 from tests.hostkit import client_for, inprocess_host, msg
@@ -51,9 +52,18 @@ def _transcript_lines(root: Path) -> Iterator[Any]:
             yield orjson.loads(line)
 
 
+def _task_title(text: str) -> str:
+    """The title a task gets: the text's first 200 characters, read back exactly (a title ending in a tab, one
+    holding CR and LF too), or a plain one where the label rule refuses them (a NUL, another control character)."""
+    return text[:200] if label_problem(text[:200]) is None else f"title {len(text)}"
+
+
 async def _fill(c: HostClient) -> dict[str, Any]:
     """Send NASTY everywhere text goes; what each place must read back."""
-    sid = (await c.call("session.create", {"sessionId": "s1", "title": "\u202e😀e\u0301\x01 t"}))["id"]
+    with pytest.raises(RpcError) as refused:  # a label holds no control character but tab, LF, CR (store.rules)
+        await c.call("session.create", {"sessionId": "s1", "title": "\u202e😀e\u0301\x01 t"})
+    assert refused.value.data_code == "INVALID_PARAMS"
+    sid = (await c.call("session.create", {"sessionId": "s1", "title": "\u202e😀e\u0301\t t"}))["id"]
     for i, text in enumerate(NASTY):
         await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"u{i}", text)})
         await c.call("session.appendMessage", {"sessionId": sid, "message": {
@@ -63,7 +73,11 @@ async def _fill(c: HostClient) -> dict[str, Any]:
         await c.call("session.appendMessage", {"sessionId": sid, "message": {
             "id": f"t{i}", "role": "tool", "toolName": "bash", "blocks": [
                 {"type": "tool_call", "callId": f"c{i}", "name": "bash", "status": "ok", "result": text}]}})
-        await c.call("tasks.create", {"taskId": f"task{i}", "title": text[:200], "prompt": text})
+        if label_problem(text[:200]) is not None:  # a NUL or another control in a title: refused, nothing stored
+            with pytest.raises(RpcError) as refused:
+                await c.call("tasks.create", {"taskId": f"task{i}", "title": text[:200], "prompt": text})
+            assert refused.value.data_code == "INVALID_PARAMS"
+        await c.call("tasks.create", {"taskId": f"task{i}", "title": _task_title(text), "prompt": text})
         blob = await c.call("attachments.put", {"name": text[:255], "mimeType": "text/plain",
                                                 "dataBase64": base64.b64encode(text.encode()).decode()})
         assert blob["name"] == text[:255]
@@ -84,7 +98,7 @@ async def _check(c: HostClient, sent: dict[str, Any]) -> None:
         assert messages[f"t{i}"]["blocks"][0]["result"] == text
         task = await c.call("tasks.get", {"taskId": f"task{i}"})
         task = task.get("task", task)
-        assert (task["title"], task["prompt"]) == (text[:200], text)
+        assert (task["title"], task["prompt"]) == (_task_title(text), text)
         assert (await c.call("settings.get", {"ns": "app", "key": f"k{i}"}))["value"] == {text[:2000]: text[:2000]}
     assert (await c.call("settings.get", {"ns": "app", "key": "\u202e😀e\u0301\x00"}))["value"] == 1
     assert (await c.call("session.get", {"sessionId": "s1"}))["session"]["title"] == "😀" * 80
@@ -94,7 +108,8 @@ async def test_nasty_text_reads_back_exactly_everywhere_and_after_a_restart(tmp_
     """C0 controls and NUL, U+2028/2029, a BOM, combining marks, RTL overrides, ZWJ sequences,
     noncharacters, NFC and NFD spellings, full-width forms and very long single words, in message text,
     thinking, tool args (keys too) and results, task titles and prompts, attachment names and settings:
-    each reads back as sent, the transcript stays UTF-8 JSONL, and a restarted host serves the same."""
+    each reads back as sent, the transcript stays UTF-8 JSONL, and a restarted host serves the same. A title is a
+    label (store.rules.label_problem): one holding a NUL or a control other than tab, LF, CR is refused instead."""
     with trio.fail_after(90):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             sent = await _fill(c)

@@ -1982,6 +1982,7 @@ export interface Provider {
 }
 
 export interface ProviderDeclaration {
+  /** 1-200 characters, kept as sent; blank or holding a control character other than tab, line feed, carriage return is INVALID_PARAMS. */
   name: string;
   /** Default custom. */
   vendorKey?: string | null;
@@ -2012,6 +2013,7 @@ export interface ProvidersChangedEvent {
 }
 
 export interface ProvidersCreateParams {
+  /** 1-200 characters, kept as sent; blank or holding a control character other than tab, line feed, carriage return is INVALID_PARAMS. */
   name: string;
   /** Default custom. */
   vendorKey?: string | null;
@@ -2718,7 +2720,7 @@ export interface SessionRenameParams {
   submissionId?: string | null;
   /** Session id (becomes a file name). */
   sessionId: string;
-  /** Trimmed, 1-80 Unicode code points. */
+  /** Trimmed, 1-80 Unicode code points; no control character but tab, line feed and carriage return (a NUL, ESC ... is INVALID_PARAMS). */
   title: string;
 }
 
@@ -3154,6 +3156,7 @@ export interface TasksCreateParams {
   calendarConfigured?: boolean | null;
   /** Generated when absent. */
   taskId?: string | null;
+  /** 1-200 characters, kept as sent; blank or holding a control character other than tab, line feed, carriage return is INVALID_PARAMS. */
   title: string;
   prompt: string;
   cadence?: "manual" | "hourly" | "daily" | "weekly";
