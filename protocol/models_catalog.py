@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints
 
-from store.rules import DEFAULT_REFRESH_TIMEOUT_MS, MAX_REF_CHARS, model_id_problem
+from store.rules import DEFAULT_REFRESH_TIMEOUT_MS, MAX_REF_CHARS, MAX_SKIPPED_MODELS_SHOWN, model_id_problem
 
 from .models_common import Count, MutatingParams, Params, Ref, Result, TimestampMs, WireId
 
@@ -22,7 +22,7 @@ ModelId = Annotated[
     str,
     StringConstraints(min_length=1, max_length=MAX_REF_CHARS),
     AfterValidator(_check_model_id),
-    Field(description="A model id (models.add; models.refresh keeps a provider's to the same rule): 1-200 "
+    Field(description="A model id (models.add; models.refresh skips a provider's that breaks it): 1-200 "
           "characters, not blank, no control character (NUL, newline ...); '/', ':', '@', '.' and inner spaces "
           "are allowed."),
 ]
@@ -84,10 +84,28 @@ class ModelsRefreshParams(MutatingParams):
                             description="Bound on the whole HTTP exchange.")
 
 
+class SkippedModel(Result):
+    index: Count = Field(description="Its place in the reply's data list (0 = the first).")
+    reason: str = Field(description="Why it was left out: not an object, no string id, or the model-id rule "
+                        "(blank, a control character, over 200 characters).")
+    model_id: str | None = Field(default=None, description="The listed id, its first 200 characters; absent "
+                                 "when it is no string.")
+
+
+class SkippedModels(Result):
+    count: Count = Field(description="Entries of the reply left out.")
+    entries: list[SkippedModel] = Field(max_length=MAX_SKIPPED_MODELS_SHOWN, description=(
+        f"The first {MAX_SKIPPED_MODELS_SHOWN} of them, in reply order."))
+
+
 class ModelsRefreshResult(Result):
     provider_id: str
     refreshed_at: TimestampMs
-    listed: Count = Field(description="Models in the provider's reply.")
+    listed: Count = Field(description="Models taken from the provider's reply (each id once).")
+    skipped_models: SkippedModels | None = Field(
+        default=None, description="Entries of the reply that are no model this host keeps (not an object, no "
+        "string id, an id the model-id rule refuses): left out, the others kept. Absent when none was. A reply "
+        "whose entries are all such is PROVIDER_BAD_REPLY.")
     added: Count
     updated: Count
     user_kept: Count = Field(description="Listed models whose user row was left unchanged.")
@@ -105,4 +123,6 @@ __all__ = [
     "ModelsRefreshResult",
     "ModelsRemoveParams",
     "ModelsRemoveResult",
+    "SkippedModel",
+    "SkippedModels",
 ]

@@ -115,6 +115,9 @@ MAX_MODELS_PER_PROVIDER: Final = 5000
 MAX_MODEL_LIST_BYTES: Final = 8 * 1024 * 1024
 """Largest ``GET {baseUrl}/models`` body models.refresh reads."""
 DEFAULT_REFRESH_TIMEOUT_MS: Final = 15_000
+MAX_SKIPPED_MODELS_SHOWN: Final = 20
+"""Entries of a provider's model list that ``models.refresh`` left out, named one by one in its result (the rest
+only counted)."""
 MAX_BUNDLE_BYTES: Final = 4 * 1024 * 1024
 """A config-sync bundle (ciphertext)."""
 MAX_IMPORT_SESSIONS: Final = 100_000
@@ -230,7 +233,7 @@ def model_id_problem(value: str) -> str | None:
     """Why ``value`` is no model id (``models.model_id``, seed 003 §4.4: custom ids always allowed), else ``None``:
     1-``MAX_REF_CHARS`` characters, not blank, no control character (C0 or DEL: a NUL, a newline). Any other
     character is allowed (``org/model``, ``llama3:8b``, ``model@2024``, ``gpt-4.1``, inner spaces). ``models.add``
-    refuses such an id as INVALID_PARAMS and ``models.refresh`` a provider reply listing one."""
+    refuses such an id as INVALID_PARAMS; ``models.refresh`` skips a provider's entry listing one (and says so)."""
     if not 1 <= len(value) <= MAX_REF_CHARS:
         return f"a model id must be 1-{MAX_REF_CHARS} characters"
     if any(ord(c) < 0x20 or c == "\x7f" for c in value):

@@ -7,7 +7,9 @@ from the secret store, the provider's ``config.headers``, the app's
 whole exchange. Only a readable 2xx reply reaches the database: a refused key
 (``PROVIDER_UNAUTHORIZED``), no answer in time (``PROVIDER_TIMEOUT``), no
 connection (``PROVIDER_UNREACHABLE``) or a body that is not a model list
-(``PROVIDER_BAD_REPLY``, also any other status) writes nothing. Then one
+(``PROVIDER_BAD_REPLY``, also any other status) writes nothing. Entries of
+the list that are no model (no string id, an id breaking the model-id rule)
+are skipped and reported in the answer's ``skippedModels``. Then one
 transaction upserts the discovered rows (``store/catalog.apply_refresh``: user
 rows are never touched), the refresh stamp and the receipt; a retry repeats
 the fetch and the same upsert (idempotent by construction).
@@ -155,6 +157,9 @@ async def refresh(ctx: HostContext, p: m.ModelsRefreshParams, key: ReceiptKey | 
                                   proxy=proxy)
     found = await ctx.in_thread(catalog.parse_model_list, body)  # up to 8 MiB of JSON: not on the trio loop
     now = ctx.now()
-    stamp = await ctx.commit(lambda conn: {"providerId": pid, **catalog.apply_refresh(conn, pid, found, now)})
+    skipped = found.skipped_view()  # in the answer (and its receipt), not in the stored refresh stamp
+    extra = {} if skipped is None else {"skippedModels": skipped}
+    answer = await ctx.commit(lambda conn: {"providerId": pid,
+                                            **catalog.apply_refresh(conn, pid, found.models, now), **extra})
     ctx.publish(TOPIC, {"providerId": pid})
-    return stamp
+    return answer

@@ -5,8 +5,11 @@
     {"object": "list", "data": [{"id": "gpt-4o", "object": "model", "owned_by": "openai"}, ...]}
 
 :func:`parse_model_list` turns the body into rows or raises
-:class:`BadProviderReply` (not JSON, no ``data`` list, an entry without a
-string ``id``, too many entries) — then nothing is written. Optional hints
+:class:`BadProviderReply` (not JSON, no ``data`` list, too many entries, or
+entries none of which is a usable model) — then nothing is written. An entry
+that is not an object, has no string ``id`` or an id that breaks the model-id
+rule (``store.rules.model_id_problem``) is skipped, counted and named (the
+first ``MAX_SKIPPED_MODELS_SHOWN``) with its reason; the others are kept. Optional hints
 per entry: ``name``/``display_name``, ``context_window``/``context_length``,
 ``max_output_tokens``/``max_completion_tokens`` (also under ``top_provider``),
 ``deprecated``.
@@ -30,14 +33,16 @@ from store.config.settings import set_value
 from store.config.settings_rules import REFRESH_STAMP_PREFIX
 from store.errors import DamagedRecord, InvalidInput, LimitExceeded, NotFound, StoreError
 from store.jsonio import Readable, loads_stored, readable, stored_value
-from store.rules import MAX_MODELS_PER_PROVIDER, model_id_problem
+from store.rules import MAX_MODELS_PER_PROVIDER, MAX_REF_CHARS, MAX_SKIPPED_MODELS_SHOWN, model_id_problem
 
 __all__ = [
     "BadProviderReply",
     "DiscoveredModel",
+    "ModelList",
     "ProviderTimeout",
     "ProviderUnauthorized",
     "ProviderUnreachable",
+    "SkippedModel",
     "apply_refresh",
     "delete_user_model",
     "list_models",
@@ -66,6 +71,38 @@ class DiscoveredModel:
     deprecated: bool = False
 
 
+@dataclass(frozen=True)
+class SkippedModel:
+    """An entry of the provider's list left out: its place in ``data``, why, and its id (the first
+    ``MAX_REF_CHARS`` characters) when it is a string."""
+
+    index: int
+    reason: str
+    model_id: str | None = None
+
+    def view(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index, "reason": self.reason}
+        if self.model_id is not None:
+            out["modelId"] = self.model_id
+        return out
+
+
+@dataclass(frozen=True)
+class ModelList:
+    """A provider's model list as read: the models kept (each id once, the last listing wins) and the entries
+    skipped (``skipped`` counts them all, ``shown`` names the first ``MAX_SKIPPED_MODELS_SHOWN``)."""
+
+    models: list[DiscoveredModel]
+    skipped: int = 0
+    shown: tuple[SkippedModel, ...] = ()
+
+    def skipped_view(self) -> dict[str, Any] | None:
+        """The result's ``skippedModels``; ``None`` when nothing was skipped."""
+        if not self.skipped:
+            return None
+        return {"count": self.skipped, "entries": [s.view() for s in self.shown]}
+
+
 def _int_hint(entry: Mapping[str, Any], *names: str) -> int | None:
     top = entry.get("top_provider")
     for source in (entry, top if isinstance(top, dict) else {}):
@@ -76,7 +113,17 @@ def _int_hint(entry: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
-def parse_model_list(body: bytes) -> list[DiscoveredModel]:
+def _entry_problem(entry: object) -> str | None:
+    """Why a model list entry is no model this host keeps, else ``None``."""
+    if not isinstance(entry, dict):
+        return "not an object"
+    mid = entry.get("id")
+    if not isinstance(mid, str):
+        return "no id: a model id must be a string"
+    return model_id_problem(mid)
+
+
+def parse_model_list(body: bytes) -> ModelList:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -87,15 +134,17 @@ def parse_model_list(body: bytes) -> list[DiscoveredModel]:
     if len(entries) > MAX_MODELS_PER_PROVIDER:
         raise BadProviderReply(f"the provider lists {len(entries)} models, at most {MAX_MODELS_PER_PROVIDER}")
     out: dict[str, DiscoveredModel] = {}
+    skipped: list[SkippedModel] = []
+    skipped_count = 0
     for i, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise BadProviderReply(f"model list entry {i} is not an object")
-        mid = entry.get("id")
-        if not isinstance(mid, str):
-            raise BadProviderReply(f"model list entry {i} has no valid id: a model id must be a string")
-        problem = model_id_problem(mid)
+        problem = _entry_problem(entry)
         if problem is not None:
-            raise BadProviderReply(f"model list entry {i} has no valid id: {problem}")
+            skipped_count += 1
+            if len(skipped) < MAX_SKIPPED_MODELS_SHOWN:
+                listed = entry.get("id") if isinstance(entry, dict) else None
+                skipped.append(SkippedModel(i, problem, listed[:MAX_REF_CHARS] if isinstance(listed, str) else None))
+            continue
+        mid = entry["id"]
         name = entry.get("display_name", entry.get("name"))
         display = name if isinstance(name, str) and name.strip() and len(name) <= 200 else mid
         out[mid] = DiscoveredModel(
@@ -104,7 +153,11 @@ def parse_model_list(body: bytes) -> list[DiscoveredModel]:
             max_output_tokens=_int_hint(entry, "max_output_tokens", "max_completion_tokens"),
             deprecated=entry.get("deprecated") is True,
         )
-    return list(out.values())
+    if entries and not out:  # entries, but no model among them: not a model list this host reads
+        first = skipped[0]
+        raise BadProviderReply(f"no entry of the provider's model list is a model this host can keep "
+                               f"({skipped_count} skipped; entry {first.index}: {first.reason})")
+    return ModelList(list(out.values()), skipped_count, tuple(skipped))
 
 
 def _model(row: tuple[Any, ...]) -> dict[str, Any]:

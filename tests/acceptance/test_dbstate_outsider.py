@@ -226,8 +226,8 @@ async def test_a_refresh_from_a_real_server_keeps_unicode_ids_collapses_repeats_
         shared: HostProcess) -> None:
     """§4.4 "models — catalog cache", "Refresh (spec 13 §6/§9) upserts discovered rows", PRIMARY KEY
     (provider_id, model_id): a real HTTP server on 127.0.0.1 lists one id twice, a Cyrillic-and-emoji id, a
-    200-character id (a blank-looking one is no model id: the refresh is PROVIDER_BAD_REPLY and changes nothing,
-    as an id holding NUL always was). The catalog holds each id once, exactly as listed; three
+    200-character id and a blank-looking one (no model id: the refresh skips it, keeps the others and names it
+    in skippedModels, as it does an id holding NUL). The catalog holds each id once, exactly as listed; three
     refreshes racing from two connections against a changed list leave exactly that list (no row twice,
     none left from the old one but the user's own)."""
     listed = [{"id": "a"}, {"id": "a", "name": "second"}, {"id": "модель🎉"}, {"id": "x" * 200}]
@@ -235,11 +235,10 @@ async def test_a_refresh_from_a_real_server_keeps_unicode_ids_collapses_repeats_
         async with client(shared, "cat-one") as a, client(shared, "cat-two") as b:
             await a.call("providers.create", {"id": "uni", "name": "U", "baseUrl": server.base_url})
             await a.call("models.add", {"providerId": "uni", "modelId": "mine ✓"})
-            assert await code_of(a, "models.refresh", {"providerId": "uni"}) == "PROVIDER_BAD_REPLY"
-            assert [m["modelId"] for m in (await b.call("models.list", {"providerId": "uni"}))["models"]] == ["mine ✓"]
-            server.reply = Reply(models=listed)
             done = await a.call("models.refresh", {"providerId": "uni"})
             assert done["listed"] == 3
+            assert done["skippedModels"] == {"count": 1, "entries": [
+                {"index": 4, "reason": "a model id must not be blank", "modelId": " "}]}
             ids = sorted(m["modelId"] for m in (await b.call("models.list", {"providerId": "uni"}))["models"])
             assert ids == sorted(["a", "модель🎉", "x" * 200, "mine ✓"])
             server.reply = Reply(models=[{"id": f"m{i}"} for i in range(40)])

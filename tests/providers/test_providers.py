@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import trio
 
+from protocol import models as m
 from runtime.client import HostClient, RpcError
 from store.config import catalog
 from store.config.secrets import SecretStore
@@ -331,11 +332,13 @@ ODD_MODEL_IDS = ["openai/gpt-4.1", "llama3:8b", "claude-3@20240229", "accounts/f
 
 
 async def test_one_model_id_rule_for_models_add_and_models_refresh(tmp_path: Path) -> None:
-    """models.add refused a NUL or an over-long model id only by length (``Ref``) and took a blank one (" "), while
-    models.refresh refused a provider's control characters: one rule now (store.rules.model_id_problem), so a
-    blank, a control character or 201 characters is INVALID_PARAMS from models.add and PROVIDER_BAD_REPLY from
-    models.refresh, with nothing written; the ids real catalogs use are taken by both. A database that already
-    holds such an id (written before the rule) still lists it, and models.remove takes it away."""
+    """One model-id rule (store.rules.model_id_problem): a blank id, a control character or 201 characters is
+    INVALID_PARAMS from models.add, with nothing written. models.refresh of a provider list naming one used to
+    be PROVIDER_BAD_REPLY as a whole, so one odd entry hid every good model: now the entry is skipped, the
+    others are kept, and the result's skippedModels says which and why (a retry with the same submissionId
+    answers the same); a list with nothing but such entries is still PROVIDER_BAD_REPLY and writes nothing. The
+    ids real catalogs use are taken by both. A database that already holds such an id (written before the
+    rule) still lists it, and models.remove takes it away."""
     data = tmp_path / "data"
     with trio.fail_after(60), FakeProvider(Reply(models=MODELS)) as server:
         async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
@@ -344,10 +347,25 @@ async def test_one_model_id_rule_for_models_add_and_models_refresh(tmp_path: Pat
             for bad in BAD_MODEL_IDS:
                 err = await _err(c.call("models.add", {"providerId": "local", "modelId": bad}))
                 assert err.data_code == "INVALID_PARAMS" and "modelId" in str(err.data), (bad, err, err.data)
-                server.reply = Reply(models=[*MODELS, {"id": bad}])
+                server.reply = Reply(models=[{"id": bad}, {"id": "x\u0000"}])
                 err = await _err(c.call("models.refresh", {"providerId": "local"}))
                 assert err.data_code == "PROVIDER_BAD_REPLY", (bad, err)
                 assert probe.state(data) == state, f"a refused model id {bad!r} wrote something"
+            for i, bad in enumerate(BAD_MODEL_IDS):
+                server.reply = Reply(models=[*MODELS[:2], {"id": bad}, MODELS[2]])
+                params = {"providerId": "local", "submissionId": f"r-{i}"}
+                done = await c.call("models.refresh", params)
+                m.ModelsRefreshResult.model_validate(done)
+                assert done["listed"] == 3 and done["skippedModels"]["count"] == 1, (bad, done)
+                [skipped] = done["skippedModels"]["entries"]
+                assert (skipped["index"], skipped["modelId"]) == (2, bad[:200]) and "model id" in skipped["reason"]
+                assert await c.call("models.refresh", params) == done  # the receipt's answer
+                listed = (await c.call("models.list", {"providerId": "local"}))["models"]
+                assert sorted(x["modelId"] for x in listed) == ["gpt-a", "gpt-b", "mine"], bad
+            stamp = await c.call("settings.get", {"ns": "cache", "key": "modelRefresh:local"})
+            assert "skippedModels" not in stamp["value"]  # the answer says it; the stored stamp stays small
+            server.reply = Reply(models=MODELS)
+            assert "skippedModels" not in await c.call("models.refresh", {"providerId": "local"})
             for odd in ODD_MODEL_IDS:
                 assert (await c.call("models.add", {"providerId": "local", "modelId": odd}))["model"]["modelId"] == odd
             server.reply = Reply(models=[{"id": odd} for odd in ODD_MODEL_IDS[:-1]] + [{"id": "new/one:x@y.z"}])

@@ -1072,6 +1072,7 @@ class ModelsRefreshResult(TypedDict):
     providerId: str
     refreshedAt: int
     listed: int
+    skippedModels: NotRequired[SkippedModels | None]
     added: int
     updated: int
     userKept: int
@@ -2325,6 +2326,17 @@ class SkillsPutParams(TypedDict):
 class SkillsPutResult(TypedDict):
     skill: SkillMeta
     changed: bool
+
+
+class SkippedModel(TypedDict):
+    index: int
+    reason: str
+    modelId: NotRequired[str | None]
+
+
+class SkippedModels(TypedDict):
+    count: int
+    entries: list[SkippedModel]
 
 
 class Snippet(TypedDict):

@@ -1346,7 +1346,7 @@ export interface ModelsAddParams {
   submissionId?: string | null;
   /** Message/turn/entry id. */
   providerId: string;
-  /** A model id (models.add; models.refresh keeps a provider's to the same rule): 1-200 characters, not blank, no control character (NUL, newline ...); '/', ':', '@', '.' and inner spaces are allowed. */
+  /** A model id (models.add; models.refresh skips a provider's that breaks it): 1-200 characters, not blank, no control character (NUL, newline ...); '/', ':', '@', '.' and inner spaces are allowed. */
   modelId: string;
   displayName?: string | null;
   capabilities?: string[];
@@ -1383,8 +1383,10 @@ export interface ModelsRefreshResult {
   providerId: string;
   /** Unix time in milliseconds. */
   refreshedAt: number;
-  /** Models in the provider's reply. */
+  /** Models taken from the provider's reply (each id once). */
   listed: number;
+  /** Entries of the reply that are no model this host keeps (not an object, no string id, an id the model-id rule refuses): left out, the others kept. Absent when none was. A reply whose entries are all such is PROVIDER_BAD_REPLY. */
+  skippedModels?: SkippedModels | null;
   added: number;
   updated: number;
   /** Listed models whose user row was left unchanged. */
@@ -3003,6 +3005,22 @@ export interface SkillsPutResult {
   skill: SkillMeta;
   /** False when the same skill was stored already (nothing written). */
   changed: boolean;
+}
+
+export interface SkippedModel {
+  /** Its place in the reply's data list (0 = the first). */
+  index: number;
+  /** Why it was left out: not an object, no string id, or the model-id rule (blank, a control character, over 200 characters). */
+  reason: string;
+  /** The listed id, its first 200 characters; absent when it is no string. */
+  modelId?: string | null;
+}
+
+export interface SkippedModels {
+  /** Entries of the reply left out. */
+  count: number;
+  /** The first 20 of them, in reply order. */
+  entries: SkippedModel[];
 }
 
 export interface Snippet {
