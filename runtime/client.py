@@ -31,6 +31,7 @@ import trio
 from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, wrap_client_stream
 
 from protocol.jsonrpc import loads_large
+from store.rules import MAX_JSON_DEPTH
 
 __all__ = [
     "ClientClosed",
@@ -182,7 +183,19 @@ class HostClient:
         if self._closed is not None:
             raise self._closed
         try:
-            await self._ws.send_message(orjson.dumps(payload).decode("utf-8"))
+            frame = orjson.dumps(payload).decode("utf-8")
+        except orjson.JSONEncodeError as exc:
+            if "Recursion limit" not in str(exc):
+                raise
+            # orjson writes 254 levels at most: deeper never leaves (the host refuses past MAX_JSON_DEPTH anyway;
+            # this client sends up to 254 so tests can see the host's own answer)
+            raise RpcError(-32700, "PARSE_ERROR",
+                           f"the request nests deeper than this client's encoder writes (254 levels; the host refuses "
+                           f"more than {MAX_JSON_DEPTH} containers, the request object being level 1); nothing was "
+                           "sent", {"code": "PARSE_ERROR", "retriable": False, "maxDepth": MAX_JSON_DEPTH,
+                                    "sent": False}) from None
+        try:
+            await self._ws.send_message(frame)
         except ConnectionClosed as exc:
             raise self._close_error(exc) from None
 

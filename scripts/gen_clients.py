@@ -40,6 +40,7 @@ from protocol.errors import RpcErrorCode  # noqa: E402 - after the sys.path setu
 from protocol.methods import METHODS, PROTOCOL_VERSION  # noqa: E402 - after the sys.path setup above
 from runtime.routes import ROUTES, Via  # noqa: E402 - after the sys.path setup above
 from scripts.export_schema import REF_PREFIX, build_schema  # noqa: E402 - after the sys.path setup above
+from store.rules import MAX_JSON_DEPTH  # noqa: E402 - after the sys.path setup above
 
 PY_PATH = ROOT / "clients" / "python" / "pihost_client" / "_generated.py"
 TS_PATH = ROOT / "clients" / "typescript" / "src" / "protocol.ts"
@@ -321,6 +322,9 @@ def render_py(doc: Mapping[str, Any]) -> str:
            "from collections.abc import Awaitable, Callable, Mapping",
            "from typing import Any, Literal, NotRequired, TypedDict, cast", "",
            f"PROTOCOL_VERSION = {PROTOCOL_VERSION}", "",
+           f"MAX_JSON_DEPTH = {MAX_JSON_DEPTH}",
+           '"""Containers a request may nest, the request object being level 1: the host refuses a deeper one',
+           '(``PARSE_ERROR``), and the client refuses such params before sending them."""', "",
            "JsonObject = dict[str, Any]",
            "Block = dict[str, Any]", '"""A transcript content block: any object with a string ``type``."""',
            "", "CallFn = Callable[[str, dict[str, Any], bool, float | None], Awaitable[Any]]",

@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from store.errors import DamagedRecord, InvalidInput
+from store.rules import MAX_JSON_DEPTH
 
 __all__ = [
     "IntegerOutOfRange",
@@ -152,7 +153,8 @@ def _exact_parse(text: bytes, max_int_digits: int) -> Any:
     )
 
 
-def loads_strict(data: bytes | str, *, max_depth: int = 64, max_int_digits: int = 64, int64: bool = False) -> Any:
+def loads_strict(data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH, max_int_digits: int = 64,
+                 int64: bool = False) -> Any:
     """Parse untrusted JSON under the strict profile, or raise :class:`StrictJSONError`.
 
     Rejects NaN/Infinity, duplicate object keys (at any depth), lone surrogates

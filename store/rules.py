@@ -38,6 +38,9 @@ MAX_REF_CHARS: Final = 200
 MAX_CURSOR_CHARS: Final = 512
 MAX_QUERY_CHARS: Final = 500
 MAX_TOKEN_CHARS: Final = 512
+MAX_JSON_DEPTH: Final = 64
+"""Containers a request frame may nest, the request object being level 1 (deeper is ``PARSE_ERROR``: the
+gateway's ``store.jsonio.loads_strict``; the Python client refuses such params before sending them)."""
 
 DEFAULT_WINDOW: Final = 100
 """``session.get`` without ``messageLimit`` (UI clients; a sidecar gets the whole transcript)."""

@@ -8,7 +8,7 @@ the host's route table and models (``_generated.py``).
 from __future__ import annotations
 
 from . import types
-from ._generated import EVENT_PAYLOADS, MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES
+from ._generated import EVENT_PAYLOADS, MAX_JSON_DEPTH, MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES
 from .client import Client, Event, Resync, RpcError, Subscription, connect
 from .errors import CallTimeout, ConnectionLost, HostNotRunning, HostRefused, HostUnavailable
 from .hostinfo import HostInfo, default_data_dir, read_host_info
@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EVENT_PAYLOADS",
+    "MAX_JSON_DEPTH",
     "MUTATING",
     "PROTOCOL_VERSION",
     "RETRIABLE_CODES",

@@ -11,6 +11,10 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 
 PROTOCOL_VERSION = 1
 
+MAX_JSON_DEPTH = 64
+"""Containers a request may nest, the request object being level 1: the host refuses a deeper one
+(``PARSE_ERROR``), and the client refuses such params before sending them."""
+
 JsonObject = dict[str, Any]
 Block = dict[str, Any]
 """A transcript content block: any object with a string ``type``."""

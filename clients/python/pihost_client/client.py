@@ -79,7 +79,7 @@ import anyio.abc
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ._generated import MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES, GeneratedMethods
+from ._generated import MAX_JSON_DEPTH, MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES, GeneratedMethods
 from ._ws import HandshakeRefused, WebSocket, WebSocketClosed, connect_websocket
 from .errors import CallTimeout, ConnectionLost, HostNotRunning, HostRefused, HostUnavailable
 from .hostinfo import HostInfo, read_host_info
@@ -650,6 +650,7 @@ class Client(GeneratedMethods):
         client's ``call_timeout``; ``math.inf``: no bound for this call); past it the call raises
         :class:`CallTimeout`, which says whether the request was sent and so may have taken effect."""
         params = dict(params or {})
+        _refuse_too_deep(method, params)
         limit = self._call_timeout if timeout is None else _bound("timeout", timeout)
         progress = _Progress()
         if limit is None:
@@ -720,6 +721,24 @@ class _SubscribeContext:
     async def __aexit__(self, *exc: object) -> None:
         with anyio.CancelScope(shield=True):
             await self._sub.aclose()
+
+
+def _refuse_too_deep(method: str, params: dict[str, Any]) -> None:
+    """Params nested deeper than the host reads (:data:`MAX_JSON_DEPTH` containers, the request object being
+    level 1) are refused here, before anything is sent, as the host would refuse them: an :class:`RpcError`
+    ``PARSE_ERROR`` (``data.maxDepth``, ``data.sent`` false). The encoder never sees them (it fails on deep
+    values with a ``RecursionError``); the connection stays as it was. Iterative: no recursion, and it stops at
+    the first container past the limit."""
+    stack: list[tuple[Any, int]] = [(params, 2)]  # the request object is level 1, its params level 2
+    while stack:
+        value, level = stack.pop()
+        if level > MAX_JSON_DEPTH:
+            raise RpcError(-32700, "PARSE_ERROR",
+                           f"{method}: params nest deeper than {MAX_JSON_DEPTH} containers (the request object "
+                           f"being level 1), which the host refuses; nothing was sent",
+                           {"code": "PARSE_ERROR", "retriable": False, "maxDepth": MAX_JSON_DEPTH, "sent": False})
+        items = value.values() if isinstance(value, dict) else value
+        stack.extend((item, level + 1) for item in items if isinstance(item, (dict, list, tuple)))
 
 
 def _positive(name: str, value: float) -> float:
