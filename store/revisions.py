@@ -49,6 +49,8 @@ from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines
 
 REVISION = "revision"
 REVISION_LIVE = "revision_live"
+PAGER_KEYS = ("revisionCount", "activeRevision", "revisionRootId")
+"""The pager stamp of a family's root line (seed 003 §4.9): presentation metadata the host writes."""
 
 Key = tuple[str, int]
 
@@ -648,6 +650,7 @@ __all__ = [
     "ArchivedDeletion",
     "archived_deletion_lines",
     "Branch",
+    "PAGER_KEYS",
     "REVISION",
     "REVISION_LIVE",
     "RevisionEntry",

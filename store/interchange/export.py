@@ -37,7 +37,8 @@ header, a ``session_info`` line, the message and compaction lines, one
 session's archived regenerate/edit branches (seed 003 §4.9) as the revisions
 file holds them: one ``revision`` (a branch stored in full) or
 ``revision_live`` (a reference to the live suffix) line per
-``(rootUserId, revisionIndex)``, its newest line (:func:`archived_lines`),
+``(rootUserId, revisionIndex)``, its newest line (:func:`archived_lines`; a tombstoned prompt that roots one
+of these families is carried content-free, in the transcript and as a branch's root: :func:`withheld`),
 one ``turn`` line per ended turn (its status, model, token counts, cost
 and usage report: what ``usage.*`` sums), then the bytes it carries
 (:func:`write_carried`): ``blob`` lines with the bytes of every attachment its
@@ -72,7 +73,7 @@ from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadT
 from store.fsutil import fsync_dir, open_nofollow
 from store.indexing import index
 from store.jsonio import dumps_line, loads_line, now_rfc3339
-from store.revisions import REVISION, REVISION_LIVE, entry_of_line
+from store.revisions import PAGER_KEYS, REVISION, REVISION_LIVE, entry_of_line, family_of
 from store.rules import TURN_ENDED
 from store.snapshots import is_secret_key, load_snapshot
 from store.transcripts.records import wire_record
@@ -239,6 +240,9 @@ class SessionView:
     path: Path
     conn: sqlite3.Connection
     checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    families: frozenset[str] = frozenset()
+    """JSONL: the families the export's archived branches are keyed by (:func:`archived_families`): a
+    tombstoned user message rooting one of them is exported content-free (:func:`withheld`)."""
     unreadable: int = 0
     """Indexed lines that no longer parse (bit rot, an outside edit): left out and counted, never fatal
     (RELIABILITY rule 3: readers skip a bad mid-file line; it is reported, never silently dropped)."""
@@ -256,15 +260,29 @@ class SessionView:
         total = self.row["messageCount"]
         start = 0
         carried: list[dict[str, Any]] = []  # the checkpoints after an unreadable line: after the next message
+        rooted: set[str] = set()  # the families a user message exported so far roots (find_root: the first)
         while start < total:
             window = index.window_rows(self.conn, sid, start, start + WINDOW)
             if not window:
                 break
-            live = [r for r in window if not r[4] and r[2] is not None]  # the rows LIVE selects
+            # the rows LIVE selects, and the tombstoned ones when an archived branch may be keyed by one
+            live = [r for r in window if r[2] is not None and (not r[4] or self.families)]
             for row, raw in self._lines(live):
-                parsed = self._parsed(raw)
+                parsed = self._parsed(raw) if not row[4] else _quietly_parsed(raw)
                 if parsed is None:
-                    carried.extend(self.checkpoints.pop(row[1], []))
+                    if not row[4]:
+                        carried.extend(self.checkpoints.pop(row[1], []))
+                    continue
+                if parsed.get("role") == "user":
+                    family = family_of(parsed)
+                    if row[4]:
+                        if family in rooted or not ({family, str(parsed.get("id"))} & self.families):
+                            continue
+                        rooted.add(family)
+                        yield withheld(parsed), []
+                        continue
+                    rooted.add(family)
+                elif row[4]:
                     continue
                 record = mark_evicted_blocks(self.conn, parsed)  # seed 000 §2.3, as session.get
                 yield record, [*carried, *self.checkpoints.pop(row[1], [])]
@@ -317,10 +335,12 @@ class SessionView:
                 out["retainedTail"] = [m for m in tail if not (isinstance(m, Mapping) and m.get("id") in gone)]
         return after, out
 
-    def live_message(self, message_id: str) -> dict[str, Any] | None:
-        """The transcript's record of ``message_id`` when the export holds it (indexed, not tombstoned)."""
+    def live_message(self, message_id: str, *, deleted: bool = False) -> dict[str, Any] | None:
+        """The transcript's record of ``message_id`` when the export holds it (indexed, not tombstoned);
+        ``deleted``: when it is indexed and tombstoned instead."""
+        state = LIVE if not deleted else "deleted = 1 AND line_offset IS NOT NULL"
         hit = self.conn.execute(
-            f"SELECT line_offset, line_len FROM messages WHERE session_id = ? AND id = ? AND {LIVE}",
+            f"SELECT line_offset, line_len FROM messages WHERE session_id = ? AND id = ? AND {state}",
             (self.row["id"], message_id)).fetchone()
         if hit is None or hit[0] is None:
             return None
@@ -340,6 +360,19 @@ class SessionView:
                f"SELECT id FROM messages WHERE session_id = ? AND seq >= ? AND {LIVE} ORDER BY seq LIMIT 1")
         hit = self.conn.execute(sql, (self.row["id"], seq)).fetchone()
         return None if hit is None else str(hit[0])
+
+    def deleted_since(self, messages: Iterable[Mapping[str, Any]]) -> set[str]:
+        """Of an archived branch's ``messages``, those that are one node with a tombstoned message of the
+        transcript (the same id, role and blocks: the prompt a regenerate's replies share, deleted after
+        this branch left). A switch restores them deleted (``_settle_deletions``), so they are deleted."""
+        held = {str(m["id"]): m for m in messages if isinstance(m.get("id"), str)}
+        out: set[str] = set()
+        for mid in self._tombstoned(list(held)):
+            live = self.live_message(mid, deleted=True)
+            if live is not None and (live.get("role"), live.get("blocks")) == (held[mid].get("role"),
+                                                                               held[mid].get("blocks")):
+                out.add(mid)
+        return out
 
     def _tombstoned(self, ids: list[str]) -> frozenset[str]:
         if not ids:
@@ -381,6 +414,35 @@ class SessionView:
                 "ORDER BY t.started_at, t.id", (self.row["id"],)).fetchall():
             snap = load_snapshot(self.conn, turn_id)
             yield {"turnId": turn_id, "digest": snap["digest"], "snapshot": snap["snapshot"]}
+
+
+def _quietly_parsed(raw: bytes) -> dict[str, Any] | None:
+    """A tombstoned message's line, read only to see whether a branch is keyed by it: one that no longer
+    parses is left out as every tombstoned line was, not counted as an exported line lost."""
+    try:
+        return loads_line(raw)
+    except ValueError:
+        return None
+
+
+def withheld(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A tombstoned message as a JSONL export carries it when an archived branch is keyed by it: content-free
+    (its id, role, ``createdAt``, its pager stamp and ``deleted: true``; no blocks, no other meta: no deleted
+    message's content leaves the host). Its place in the export is its place in the transcript."""
+    out: dict[str, Any] = {"type": "message", "id": record.get("id"), "role": record.get("role")}
+    if isinstance(record.get("createdAt"), str):
+        out["createdAt"] = record["createdAt"]
+    meta = record.get("meta")
+    stamp = {k: meta[k] for k in PAGER_KEYS if k in meta} if isinstance(meta, Mapping) else {}
+    if stamp:
+        out["meta"] = stamp
+    out["deleted"] = True
+    return out
+
+
+def is_withheld(record: Mapping[str, Any]) -> bool:
+    """A content-free record of a tombstoned message (:func:`withheld`)."""
+    return record.get("deleted") is True and "blocks" not in record
 
 
 def prepare_record(record: Mapping[str, Any], options: ExportOptions, redactor: Redactor,
@@ -435,25 +497,18 @@ earlier import's provenance stay on the host."""
 
 def archived_lines(path: Path, view: SessionView | None = None) -> Iterator[dict[str, Any]]:
     """The newest line of each ``(rootUserId, revisionIndex)`` of the revisions file ``path`` (seed 003 §4.9),
-    in key order, as exported: a ``revision`` line without the messages its ``deleted`` names (the export
-    holds no deleted message) and without its host-side keys (:data:`REVISION_KEYS`); a ``revision_live``
-    reference with its ``messageCount``. A missing file has none. Memory stays bounded: a first pass keeps
-    only each key's newest span, then the lines are read :data:`READ_BYTES` at a time (one line more when a
-    single line is larger), as the transcript's are. A line that no longer parses is counted in ``view``."""
-    try:
-        fd = open_nofollow(path, os.O_RDONLY)
-    except FileNotFoundError:
+    in key order, as exported: a ``revision`` line without the messages that are deleted (those its
+    ``deleted`` names, and one it shares with the transcript that is tombstoned there: the export holds no
+    deleted message's content) but its root, which keys it, carried content-free (:func:`withheld`), and
+    without its host-side keys (:data:`REVISION_KEYS`); a ``revision_live`` reference with its
+    ``messageCount``. A missing file has none. Memory stays bounded: a first pass keeps only each key's newest
+    span, then the lines are read :data:`READ_BYTES` at a time (one line more when a single line is larger), as
+    the transcript's are. A line that no longer parses is counted in ``view``."""
+    fd = _open_revisions(path)
+    if fd is None:
         return
-    except OSError as exc:
-        raise classify_os_error(exc, f"read revisions {path}") from exc
     try:
-        newest: dict[tuple[str, int], tuple[int, int]] = {}
-        for start, end, line, _ in bounded_lines(fd, 0, os.fstat(fd).st_size, limit=MAX_LINE_BYTES):
-            if not line:  # a torn tail or an over-long line: never a branch
-                continue
-            entry = entry_of_line(line[:-1])
-            if entry is not None:
-                newest[entry.key] = (start, end - start)
+        newest = _newest_spans(fd)
         spans = [newest[key] for key in sorted(newest)]
         batch: list[tuple[int, int]] = []
         held = 0
@@ -475,6 +530,38 @@ def archived_lines(path: Path, view: SessionView | None = None) -> Iterator[dict
         os.close(fd)
 
 
+def archived_families(path: Path) -> frozenset[str]:
+    """The families (``rootUserId``) the archived branches of the revisions file ``path`` are keyed by."""
+    fd = _open_revisions(path)
+    if fd is None:
+        return frozenset()
+    try:
+        return frozenset(root for root, _ in _newest_spans(fd))
+    finally:
+        os.close(fd)
+
+
+def _open_revisions(path: Path) -> int | None:
+    try:
+        return open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise classify_os_error(exc, f"read revisions {path}") from exc
+
+
+def _newest_spans(fd: int) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(offset, length)`` of the newest line of each key of an open revisions file."""
+    newest: dict[tuple[str, int], tuple[int, int]] = {}
+    for start, end, line, _ in bounded_lines(fd, 0, os.fstat(fd).st_size, limit=MAX_LINE_BYTES):
+        if not line:  # a torn tail or an over-long line: never a branch
+            continue
+        entry = entry_of_line(line[:-1])
+        if entry is not None:
+            newest[entry.key] = (start, end - start)
+    return newest
+
+
 def _archived(rec: Mapping[str, Any], view: SessionView | None = None) -> dict[str, Any]:
     out = {k: rec[k] for k in REVISION_KEYS if k in rec}
     if rec.get("type") == REVISION_LIVE:
@@ -483,7 +570,8 @@ def _archived(rec: Mapping[str, Any], view: SessionView | None = None) -> dict[s
         return out
     raw = rec.get("deleted")
     gone = {d for d in raw if isinstance(d, str)} if isinstance(raw, list) else set()
-    first = next((m for m in rec.get("messages") or () if isinstance(m, Mapping)), None)
+    messages = [m for m in rec.get("messages") or () if isinstance(m, Mapping)]
+    first = messages[0] if messages else None
     if view is not None and first is not None and first.get("role") == "user" and first.get("id") in gone:
         # the prompt a regenerate's reply branches share: deleted when this branch left, but the live transcript
         # shows that same prompt now (restored since): its state is the live one (a switch restores it so), and
@@ -491,7 +579,16 @@ def _archived(rec: Mapping[str, Any], view: SessionView | None = None) -> dict[s
         live = view.live_message(str(first["id"]))
         if live is not None and (live.get("role"), live.get("blocks")) == (first.get("role"), first.get("blocks")):
             gone.discard(str(first["id"]))
-    out["messages"] = [m for m in rec.get("messages") or () if isinstance(m, Mapping) and m.get("id") not in gone]
+    if view is not None:  # deleted after this branch left, in the transcript (the prompt it shares with it)
+        gone |= view.deleted_since(messages)
+    # a deleted message is left out, but the branch's root, which keys it: that one is carried content-free
+    kept: list[Mapping[str, Any]] = []
+    for m in messages:
+        if m.get("id") not in gone:
+            kept.append(m)
+        elif m is first and m.get("role") == "user":
+            kept.append(withheld(m))
+    out["messages"] = kept
     comps = rec.get("compactions")
     if isinstance(comps, list) and comps:
         out["compactions"] = comps
@@ -517,11 +614,15 @@ def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, 
     row = index.require_session(conn, session_id)
     view = SessionView(row, transcript, conn)
     view.load_checkpoints()
+    revisions = transcript.with_name(f"{session_id}{REVISIONS_SUFFIX}")
+    if options.format == "jsonl" and conn.execute(
+            "SELECT 1 FROM messages WHERE session_id = ? AND deleted = 1 AND role = 'user' LIMIT 1",
+            (session_id,)).fetchone() is not None:
+        view.families = archived_families(revisions)  # a tombstoned prompt may key an archived branch
     session = index.public_session(row)
     session["messageCount"] = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ? AND deleted = 0",
                                            (session_id,)).fetchone()[0]
     orphans = view.checkpoints.pop("", [])
-    revisions = transcript.with_name(f"{session_id}{REVISIONS_SUFFIX}")
     carried = Carried(conn, options.attachments, options.review_dir) if options.format == "jsonl" else None
     report = export_records(session, view.records(), orphans, view.environments(), out, options,
                             archived=archived_lines(revisions, view), turns=view.turns(), carried=carried)
@@ -555,7 +656,7 @@ def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str,
         report.compactions += 1
     for record, checkpoints in records:
         writer.message(_referring(prepare_record(record, options, redactor, report), shas, carry))
-        report.messages += 1
+        report.messages += not is_withheld(record)
         for cp in checkpoints:
             writer.checkpoint(_referring(prepare_checkpoint(cp, options, redactor, report), shas, carry))
             report.compactions += 1

@@ -91,6 +91,7 @@ from store.interchange.importers.reader import LineReader
 from store.jsonio import dumps_line, loads_line
 from store.review import StagedSnapshots
 from store.revisions import (
+    PAGER_KEYS,
     REVISION_LIVE,
     RevisionEntry,
     RevisionFile,
@@ -107,7 +108,7 @@ from store.revisions import (
     upsert_row,
     with_stamp,
 )
-from store.tombstones import tombstone_line
+from store.tombstones import TOMBSTONE, tombstone_line
 from store.transcripts.records import rfc3339_to_ms
 from store.transcripts.transcript import IMPORT_RECEIPT, header_line, read_transcript
 
@@ -709,6 +710,7 @@ def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, s
         # last one is compared with the held line. Written at once past _PENDING_BYTES.
         pending: dict[str, tuple[bytes, bytes]] = {}  # id -> (its newest line, the held line)
         pending_bytes = [0]
+        fresh: list[str | None] = [None]  # the message this import wrote last as new (its tombstone follows it)
 
         def settle_pending() -> None:
             for rid, (line, held) in pending.items():
@@ -726,6 +728,10 @@ def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, s
             known = spans([r["id"] for r, _ in batch if r["id"] not in pending])
             for record, line in batch:
                 rid = record["id"]
+                if record.get("type") == TOMBSTONE:  # a message's, written with it only (a re-import leaves the
+                    if record.get("messageId") == fresh[0]:  # copy's own restore of it standing)
+                        out.write(line)
+                    continue
                 if rid in pending:
                     held = pending[rid][1]
                     if held != line and record.get("role") == "user":
@@ -758,6 +764,7 @@ def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, s
                 staged.report.new_records += 1
                 if record.get("type") == "message":
                     staged.report.new_messages += 1
+                    fresh[0] = rid
                     if len(new_ids) < MAX_TRACKED_NEW:
                         new_ids.append(rid)
                 elif record.get("type") == "compaction" and len(new_compactions) < MAX_TRACKED_NEW:
@@ -871,10 +878,6 @@ class _LiveOrder:
                 elif record.get("type") == "compaction":
                     self.compactions.add(rid)
             yield record, line
-
-
-PAGER_KEYS = ("revisionCount", "activeRevision", "revisionRootId")
-"""The pager stamp of a family's root line (seed 003 §4.9): presentation metadata the host writes."""
 
 
 def _carry_stamp(record: Mapping[str, Any], held: bytes, line: bytes) -> bytes:
@@ -1038,6 +1041,8 @@ def _carry_archived(archived: Archived, staged: StagedImport) -> None:
             messages = branch["messages"]
             if comps := branch.get("compactions"):
                 extra["compactions"] = comps
+            if deleted := branch.get("deleted"):  # its root, tombstoned on the first host (carried content-free)
+                extra["deleted"] = deleted
             encoded = _branch_line(staged, root, idx, messages, when, extra)
             if encoded is None:
                 continue

@@ -304,18 +304,13 @@ async def test_a_reply_branch_switched_on_an_imported_copy_keeps_its_prompt(
             assert [m["blocks"] for m in copied] == [m["blocks"] for m in original]  # intro, hello, prompt, reply one
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a JSONL export leaves a deleted prompt out of the transcript and of every revision line, yet keeps the "
-    "reply branches keyed by it: the imported copy lists revision 1 of a prompt it does not have, and "
-    "session.activateRevision of it is MESSAGE_NOT_FOUND (the first host switches, the prompt shown "
-    "deleted); what the copy should hold of a deleted shared prompt is left to a decision"))
 async def test_the_reply_branches_of_a_deleted_prompt_can_be_switched_on_an_imported_copy(
         shared: HostProcess, tmp_path: Path) -> None:
     """Seed 000 §3.2: "The branch selector orders siblings by sequence and follows the newest default
     descendants when switching"; README §9: the copy's pager "restores each archived branch as on the first
     host". The prompt of a regenerated reply is deleted (a tombstone: §3.3); on the imported copy of the
-    session's JSONL export, switching to the other reply works and shows what the first host shows (the
-    prompt's text is not needed: the export holds no deleted message)."""
+    session's JSONL export, switching to the other reply works and shows what the first host shows, the prompt
+    deleted (the export carries it content-free: its text never leaves the first host)."""
     with trio.fail_after(60):
         async with client(shared, "ui-ex2") as c:
             sid = await new_session(c)
@@ -336,6 +331,8 @@ async def test_the_reply_branches_of_a_deleted_prompt_can_be_switched_on_an_impo
                                                       "revisionIndex": 1})
             await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "z-u1", "revisionIndex": 1})
             assert await ctx_ids(c, copy) == [f"{copy}:{mid}" for mid in await ctx_ids(c, sid)]
+            assert await window(c, copy) == [(f"{copy}:{mid}", gone) for mid, gone in await window(c, sid)]
+            assert b"the prompt" not in out.read_bytes()
 
 
 # ---------------------------------------------------------- compaction x tombstones x tree, restart (§3, §4)

@@ -587,6 +587,8 @@ def count_output(report: SessionReport, record: Mapping[str, Any], by: int = 1) 
     if record.get("type") == "compaction":
         report.compactions += by
         return
+    if record.get("type") != "message":  # a pi-host export's tombstone of a content-free message
+        return
     role = str(record.get("role"))
     report.messages[role] += by
     if report.messages[role] <= 0:

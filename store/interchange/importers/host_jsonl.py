@@ -14,7 +14,10 @@ command receipt is dropped. The export's ``revision`` / ``revision_live`` lines 
 regenerate/edit branches, seed 003 §4.9) are handed over as :class:`Archived`, their ids namespaced as the
 messages' (a root's ``meta.revisionRootId`` too), for the import to write under the same keys into the copy's
 revisions file; its ``turn`` lines (the first host's usage, seed 003 §4.6) become the copy's turn rows, ids
-namespaced the same way. An export without them (an older one) has none. Tombstone lines
+namespaced the same way. An export without them (an older one) has none. A content-free record of a prompt
+deleted on the first host that keys archived branches (``deleted: true``, no blocks: ``export.withheld``) comes
+over with no blocks and tombstoned (a ``tombstone`` record after it, which the writer writes only with the
+message's first line), and as a branch's root it joins that branch's ``deleted`` ids. Tombstone lines
 and unknown line kinds (an export's ``environment`` lines among them) are
 counted and skipped. An export's ``blob`` and ``review_snapshot`` lines (the attachment bytes and review
 snapshots it carries) are verified and stored by :mod:`store.interchange.importers.carried`; the
@@ -54,6 +57,7 @@ from store.interchange.importers.common import (
 from store.interchange.origin_history import SPAWN_KEYS
 from store.revisions import REVISION, REVISION_LIVE, family_of, stamp_of
 from store.rules import TURN_ENDED
+from store.tombstones import TOMBSTONE
 from store.transcripts.records import ROLES
 from store.upgrade.schema import MAX_SEQ
 from store.usage import INT64_MAX
@@ -140,6 +144,9 @@ def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, c
             _tally_tools(report, out)
             carried.referenced(_unmarked(out))
             emitter.push(out, replacement=replacement)
+            if _withheld(rec):  # tombstoned on the first host: the copy holds it tombstoned (written once)
+                emitter.push({"type": TOMBSTONE, "id": join_id(sid, "tombstone", str(rec["id"])),
+                              "messageId": out["id"], "deleted": True, "createdAt": out["createdAt"]})
         elif kind == "compaction":
             out = _compaction(rec, sid)
             if out is None:
@@ -249,16 +256,27 @@ def _tombstoned(path: Path, ctx: ParseContext) -> frozenset[str]:
     return frozenset(mid for mid, deleted in state.items() if deleted)
 
 
+def _withheld(rec: Mapping[str, Any]) -> bool:
+    """An export's content-free record of a message tombstoned on the first host, which an archived branch is
+    keyed by (``store.interchange.export.withheld``): it comes over with no blocks, tombstoned."""
+    return rec.get("deleted") is True and "blocks" not in rec
+
+
 def _message(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
     mid, role, blocks = rec.get("id"), rec.get("role"), rec.get("blocks")
+    withheld = _withheld(rec)
+    if withheld:
+        blocks = []
     if not isinstance(mid, str) or not mid or role not in ROLES or not isinstance(blocks, list):
         return None
     if not all(isinstance(b, Mapping) and isinstance(b.get("type"), str) and b["type"] for b in blocks):
         return None
     out: dict[str, Any] = {"type": "message", "id": join_id(sid, mid), "role": role,
                            "createdAt": stamp(to_ms(rec.get("createdAt")))}
+    if withheld:
+        out["blocks"] = blocks
     for key, value in rec.items():
-        if key in ("type", "id", "role", "createdAt", "turnId"):
+        if key in ("type", "id", "role", "createdAt", "turnId") or withheld and key == "deleted":
             continue
         if key == "meta" and isinstance(value, Mapping):
             value = {k: v for k, v in value.items() if k != "receipt"}
@@ -285,10 +303,19 @@ def _revision(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
     raw = rec.get("messages")
     if not isinstance(raw, list):
         return None
-    messages = [m for m in (_message(r, sid) for r in raw if isinstance(r, Mapping)) if m is not None]
+    messages: list[dict[str, Any]] = []
+    deleted: list[str] = []
+    for r in raw:
+        m = _message(r, sid) if isinstance(r, Mapping) else None
+        if m is not None:
+            messages.append(m)
+            if _withheld(r):
+                deleted.append(m["id"])
     if not messages:
         return None
     out["messages"] = messages
+    if deleted:  # the branch's root, tombstoned on the first host: a switch to the branch shows it deleted
+        out["deleted"] = sorted(deleted)
     comps = rec.get("compactions")
     kept = [c for c in (_compaction(r, sid) for r in comps if isinstance(r, Mapping)) if c is not None] \
         if isinstance(comps, list) else []
