@@ -10,7 +10,7 @@ import pytest
 
 from store.indexing.database import apply_pragmas
 from store.search.search_text import TRIGRAM_TEXT_HAZARDS
-from store.upgrade.schema import DDL, MAX_SEQ, SCHEMA_VERSION, apply_schema, message_mid
+from store.upgrade.schema import DDL, FRESH_DDL, MAX_SEQ, SCHEMA_VERSION, apply_schema, message_mid
 
 from ._sqlite_helpers import NOW_MS, add_session, connect_plain, fts_hits, fts_rowids, user_version
 
@@ -187,6 +187,29 @@ def test_session_delete_cascades_rows_and_fts_entries(db: sqlite3.Connection) ->
     # the delete's receipt outlives its session (no foreign key on purpose)
     assert db.execute("SELECT session_id FROM command_receipts").fetchall() == [("gone",)]
     db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+
+
+def _layout(statements: tuple[str, ...]) -> tuple[list[tuple[str, ...]], dict[str, list[tuple[object, ...]]]]:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        apply_schema(conn, statements=statements)
+        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+        tables = [row[1] for row in rows if row[0] == "table"]
+        columns = {name: conn.execute(f"PRAGMA table_xinfo({name})").fetchall() for name in tables}
+        return rows, columns
+    finally:
+        conn.close()
+
+
+def test_the_fresh_ddl_makes_the_schema_the_statements_make_one_by_one() -> None:
+    """A new database runs ``FRESH_DDL`` (each ``ALTER TABLE … ADD COLUMN`` written into its table's ``CREATE``):
+    the same ``sqlite_master`` text, to the byte, and the same columns in the same order as the DDL's statements
+    run one by one, which is also what the migrations' ALTERs make of an older database."""
+    alters = [st for st in DDL if st.upper().startswith("ALTER TABLE")]
+    assert alters, "the DDL adds columns: the fold has something to do"
+    assert not [st for st in FRESH_DDL if st.upper().startswith("ALTER TABLE")]
+    assert len(FRESH_DDL) == len(DDL) - len(alters)
+    assert _layout(FRESH_DDL) == _layout(DDL)
 
 
 def test_apply_schema_is_one_transaction(tmp_path: Path) -> None:
