@@ -47,13 +47,21 @@ class ReadPool:
         self._limiter = trio.CapacityLimiter(size)
         self._closed = False
 
-    def warm(self) -> None:
-        """Open every connection now (blocking; run in a thread at startup), not on first use."""
+    def warm(self, count: int | None = None) -> None:
+        """Open ``count`` connections (every one: ``None``) now, blocking (run in a thread at startup), so the
+        first reads do not open theirs; the rest open as concurrent reads first need them."""
+        want = self._size if count is None else max(0, min(count, self._size))
         with self._lock:
-            while len(self._all) < self._size:
+            while len(self._all) < want:
                 conn = self._open()
                 self._all.append(conn)
                 self._free.append(conn)
+
+    @property
+    def opened(self) -> int:
+        """How many connections the pool holds open."""
+        with self._lock:
+            return len(self._all)
 
     def _open(self) -> sqlite3.Connection:
         conn = open_reader(self._db_path)

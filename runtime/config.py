@@ -27,6 +27,10 @@ class HostConfig:
     session_mailbox: int = 512
     session_batch_limit: int = 256
     read_pool_size: int = 12
+    # Read connections boot opens (and prepares: ~3 ms of CPU each): sequential reads reuse the newest freed one,
+    # so only concurrent reads need more, and they open theirs on first need (all 12 at boot were a third of a
+    # new host's database work; the suite's profile).
+    read_pool_warm: int = 2
     warm_reads: int = 12  # boot: the newest page of the last-updated session read this often (0: none)
     # Boot's last steps: what boot left alive is collected and frozen (runtime.process.freeze_boot_objects, as
     # `pi-host serve` sets it), then the read warm-up; the collection walks every object and left the

@@ -463,7 +463,7 @@ async def _boot(config: HostConfig, *, faults: Faults, now_ms: Callable[[], int]
             reads = ReadPool(data_dir.db_path, size=config.read_pool_size, prepare=windows.prepare_reads,
                              on_corruption=on_corruption)
             try:
-                await trio.to_thread.run_sync(reads.warm)
+                await trio.to_thread.run_sync(reads.warm, config.read_pool_warm)
             except BaseException as exc:
                 reads.close()
                 with trio.CancelScope(shield=True):

@@ -11,6 +11,7 @@ page read's statements prepared when it opens (``windows.prepare_reads``).
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,31 @@ async def test_the_read_pool_prepares_every_connection_it_opens(tmp_path: Path) 
         assert await pool.run(lambda conn: conn in seen)
     finally:
         pool.close()
+
+
+async def test_boot_opens_a_few_read_connections_and_concurrent_reads_open_the_rest(tmp_path: Path) -> None:
+    """Boot opens ``read_pool_warm`` connections, not the pool's size (each costs a connection, its PRAGMAs and the
+    prepared page statements); reads one after another keep to them, and reads at the same time open more, up to
+    the pool's size."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path, read_pool_warm=2, read_pool_size=6) as host, client_for(host) as c:
+            pool = host.services.reads
+            assert pool.opened == 2
+            sid = await new_session(c)
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m0", "text")})
+            for _ in range(5):
+                await c.call("session.get", {"sessionId": sid})
+            assert pool.opened == 2
+            together = threading.Barrier(6, timeout=20)
+
+            def at_once(conn: sqlite3.Connection) -> int:
+                together.wait()  # six reads hold a connection at the same moment
+                return int(conn.execute("SELECT 1").fetchone()[0])
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(6):
+                    nursery.start_soon(pool.run, at_once)
+            assert pool.opened == 6
 
 
 async def test_a_clean_first_read_opens_the_transcript_once(tmp_path: Path, monkeypatch: Any) -> None:
