@@ -187,7 +187,7 @@ Blocks = Annotated[
 
 class _BlockDoc(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True
+        alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True, defer_build=True
     )
 
 

@@ -154,3 +154,25 @@ __all__ = [
     *_usage_all,
     *_catalog_all,
 ]
+
+
+def build_all() -> int:
+    """Build every wire model not built yet (they are built on first use, ``WireModel``'s ``defer_build``); the
+    number built. ``pi-host serve`` runs it before boot, so no request's first use builds one."""
+    from pydantic import BaseModel
+
+    built = 0
+    pending: list[type[BaseModel]] = [BaseModel]
+    seen: set[type[BaseModel]] = set()
+    while pending:
+        for cls in pending.pop().__subclasses__():
+            if cls in seen:
+                continue
+            seen.add(cls)
+            pending.append(cls)
+            if cls.__module__.startswith("protocol.") and not cls.__pydantic_complete__ \
+                    and not cls.__pydantic_generic_metadata__["parameters"]:
+                cls.model_rebuild()
+                built += 1
+    return built
+

@@ -70,12 +70,17 @@ __all__ = [
 
 
 class WireModel(BaseModel):
-    """Common config: camelCase aliases, snake_case accepted, immutable."""
+    """Common config: camelCase aliases, snake_case accepted, immutable.
+
+    Built on first use (``defer_build``): importing the ~600 wire models cost ~0.3 s of pydantic schema building
+    in every process, where a CLI command uses a few of them; ``pi-host serve`` builds them all before boot
+    (:func:`protocol.models.build_all`), so no request pays for it."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
         frozen=True,
+        defer_build=True,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from protocol.models import build_all as build_wire_models
 from runtime.boot import BootInterrupted
 from runtime.config import HostConfig
 from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
@@ -81,6 +82,7 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
 
 
 def _serve_logged(args: argparse.Namespace, data_dir: DataDir) -> int:
+    build_wire_models()  # built on first use elsewhere (a CLI command uses a few); a host's requests find them built
     tune_allocator()
     raise_fd_limit()
     config = host_config(args, data_dir)

@@ -35,7 +35,9 @@ from typing import Any
 # What the forkserver imports once; each forked host starts with these loaded.
 # (pytest too: a forked child runs the parent's ``__main__`` module again, ``pytest.__main__`` when the
 # suite runs without workers.)
-PRELOAD = ["runtime.cli", "runtime.cli_serve", "runtime.host", "tests.host_fork", "pytest"]
+# The wire models are built on first use (protocol.models_common.WireModel): tests.host_fork_models builds them
+# here, once, so a forked host's serve finds them built (building them in each host: ~0.2 s of CPU).
+PRELOAD = ["runtime.cli", "runtime.cli_serve", "runtime.host", "tests.host_fork", "tests.host_fork_models", "pytest"]
 
 
 def exec_hosts() -> bool:
