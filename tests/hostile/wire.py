@@ -71,8 +71,21 @@ def rss_parts(pid: int) -> dict[str, int]:
     return out
 
 
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def open_fds(pid: int, *, but_database: bool = False) -> int:
+    """The process's open file descriptors. ``but_database``: not those on the index (``pi.sqlite`` and its
+    ``-wal`` / ``-shm``): the read pool opens a connection as concurrent reads first need one, up to its size
+    (``read_pool_size``), and keeps it, which is no leak."""
+    names = os.listdir(f"/proc/{pid}/fd")
+    if not but_database:
+        return len(names)
+    kept = 0
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:  # closed since the listing
+            continue
+        kept += not os.path.basename(target).startswith("pi.sqlite")
+    return kept
 
 
 def nofile_limit() -> tuple[int, int]:

@@ -111,7 +111,7 @@ async def test_clients_that_drop_mid_request_are_not_slow_consumers(tmp_path: Pa
             async with open_client(host.url, host.token, client_id="watch", client_kind="test") as c:
                 sid = str((await c.call("session.create", {"title": "s"}))["id"])
                 await c.call("session.appendMessage", {"sessionId": sid, "message": msg("m1", "hello there")})
-                base_fds = open_fds(host.proc.pid)
+                base_fds = open_fds(host.proc.pid, but_database=True)
                 for i in range(soak(60, 1000)):
                     async with raw_connection(host.url, None) as ws:
                         await ws.send_message(hello_frame(host.token, f"drop{i}"))
@@ -124,7 +124,7 @@ async def test_clients_that_drop_mid_request_are_not_slow_consumers(tmp_path: Pa
                     assert time.monotonic() < deadline, "the dropped connections stayed open"
                     await trio.sleep(0.1)
                 status = await c.call("host.status", {})
-                fds = open_fds(host.proc.pid)
+                fds = open_fds(host.proc.pid, but_database=True)
                 print(f"\nfds {base_fds} -> {fds}; slow-consumer closes {status['gateway']['slowConsumerCloses']}")
                 assert status["gateway"]["slowConsumerCloses"] == 0
                 assert fds <= base_fds + 2
@@ -144,7 +144,7 @@ async def test_thousands_of_sessions_idle_out_and_give_back_their_files(tmp_path
     try:
         with trio.fail_after(60 + count // 20):
             async with open_client(host.url, host.token, client_id="many", client_kind="agent") as c:
-                base_fds = open_fds(host.proc.pid)
+                base_fds = open_fds(host.proc.pid, but_database=True)
                 for start in range(0, count, 100):
                     made = await c.batch([("session.create", {"title": f"t{i}"})
                                           for i in range(start, min(count, start + 100))])
@@ -152,11 +152,11 @@ async def test_thousands_of_sessions_idle_out_and_give_back_their_files(tmp_path
                                                                           "message": msg("m1", "hi")})
                                               for s in made])
                     assert not [r for r in [*made, *appended] if isinstance(r, RpcError)]
-                busy = open_fds(host.proc.pid)
+                busy = open_fds(host.proc.pid, but_database=True)
                 while (await c.call("host.status", {}))["actors"]["sessions"]:  # noqa: ASYNC110
                     await trio.sleep(0.2)
                 await trio.sleep(0.5)
-                idle = open_fds(host.proc.pid)
+                idle = open_fds(host.proc.pid, but_database=True)
                 print(f"\n{count} sessions: fds {base_fds} at start, {busy} busy, {idle} idle")
                 assert idle <= base_fds + 2
         assert await trio.to_thread.run_sync(host.terminate) == 0
