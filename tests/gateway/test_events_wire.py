@@ -9,7 +9,7 @@ import trio.testing
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from actors.events import EventBus
-from tests.gateway.conftest import Harness, connect, frame, hello, recv, start_gateway, until_handled
+from tests.gateway.conftest import Harness, connect, frame, hello, recv, start_gateway, take_the_rest, until_handled
 
 
 async def subscribe(ws: WebSocketConnection, params: dict[str, Any], request_id: int = 1) -> Any:
@@ -91,18 +91,6 @@ async def _until(predicate: Any) -> None:
         await trio.testing.wait_all_tasks_blocked()
 
 
-async def _take_the_rest(ws: WebSocketConnection) -> None:
-    """Read what reached the client before the host closed it. trio-websocket's reader task hands each message
-    to a channel of ``message_queue_size`` and waits while it is full, and leaving ``open_websocket`` waits for
-    that task: a client that stopped reading would wait there until the test's deadline (seen under load: the
-    reader had a message in hand when the close came)."""
-    try:
-        while True:
-            await ws.get_message()
-    except ConnectionClosed:
-        pass
-
-
 async def test_slow_event_consumer_is_closed_and_memory_bounded(nursery: trio.Nursery) -> None:
     bus = EventBus(subscriber_queue=8)
     h = await start_gateway(nursery, bus=bus, outbound_queue=4, close_timeout=0.5)
@@ -122,7 +110,7 @@ async def test_slow_event_consumer_is_closed_and_memory_bounded(nursery: trio.Nu
                 assert stats.outbound_queued <= 4
                 assert bus.statistics().peak_subscriber_queue <= 8
             await _until(lambda: h.gateway.statistics().connections == 0)
-            await _take_the_rest(ws)
+            await take_the_rest(ws)
     assert bus.statistics().subscribers == 0
     assert h.gateway.statistics().peak_outbound_queued <= 4
     assert published > 8  # the socket buffers filled first; then the bounded queues
@@ -145,7 +133,7 @@ async def test_client_not_reading_responses_is_closed_as_slow_consumer(nursery: 
             except ConnectionClosed:
                 pass
             await _until(lambda: h.gateway.statistics().connections == 0)
-            await _take_the_rest(ws)
+            await take_the_rest(ws)
     stats = h.gateway.statistics()
     assert stats.slow_consumer_closes == 1
     assert stats.peak_outbound_queued <= 4

@@ -12,7 +12,7 @@ from trio_websocket import ConnectionClosed
 
 from runtime.client import HostClient, RpcError
 from store.rules import MAX_BATCH_REPLY_BYTES, MAX_REPLY_BYTES
-from tests.gateway.conftest import connect, frame, hello, recv, start_gateway, until_handled
+from tests.gateway.conftest import connect, frame, hello, recv, start_gateway, take_the_rest, until_handled
 from tests.hostkit import client_for, inprocess_host, msg
 
 # ---------------------------------------------------------------------------------------- gateway
@@ -37,6 +37,7 @@ async def test_outbound_queue_is_bounded_by_bytes_not_frames(nursery: trio.Nurse
                     await until_handled(h, sent)
             except ConnectionClosed:
                 pass
+            await take_the_rest(ws)
     stats = h.gateway.statistics()
     assert stats.slow_consumer_closes == 1
     assert stats.peak_outbound_bytes <= (1 << 20) + 300 * 1024  # the bound plus the frame that did not fit
