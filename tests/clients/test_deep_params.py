@@ -2,7 +2,9 @@
 code the host gives them (``PARSE_ERROR``, protocol/README "JSON input must be strict"), and the connection goes
 on: ``pihost_client`` at the host's own limit (``MAX_JSON_DEPTH`` containers, the request object being level 1;
 its encoder raised a bare ``RecursionError`` past ~1000 levels), the host's own ``HostClient`` past what orjson
-writes (254 levels: it raised orjson's bare ``TypeError``; up to there it sends, so tests see the host's answer)."""
+writes (254 levels: it raised orjson's bare ``TypeError``; up to there it sends, so tests see the host's answer).
+Params JSON cannot carry (NaN, a set, bytes) are refused by ``pihost_client`` before sending too, as
+``INVALID_PARAMS``."""
 
 from __future__ import annotations
 
@@ -73,3 +75,66 @@ async def test_params_nested_past_the_hosts_limit_never_leave_the_client(tmp_pat
                 assert (await c.call("session.list", {}))["sessions"] == []
     finally:
         stop(host)
+
+
+class Opaque:
+    """An object JSON has no form for."""
+
+
+UNSENDABLE: list[tuple[dict[str, Any], str, str]] = [
+    # params, what the message names, where (data.errors[0].loc: the host's dotted spelling)
+    ({"x": float("nan")}, "NaN at params.x", "x"),
+    ({"x": {"y": [1.5, float("inf")]}}, "Infinity at params.x.y[1]", "x.y.1"),
+    ({"x": -float("inf")}, "-Infinity at params.x", "x"),
+    ({"items": [1, 2, {3}]}, "a set at params.items[2]", "items.2"),
+    ({"x": [b"raw"]}, "a bytes at params.x[0]", "x.0"),
+    ({"x": {"deep": Opaque()}}, "an Opaque at params.x.deep", "x.deep"),
+    ({"x": {(1, 2): "tuple key"}}, "a key of type tuple at params.x", "x"),
+    ({"x": {"odd key": {float("nan"): 1}}}, "a NaN key at params.x[\"odd key\"]", "x.odd key"),
+]
+
+
+async def test_params_json_cannot_carry_are_refused_before_sending(tmp_path: Path) -> None:
+    """NaN, ±Infinity and values JSON has no form for (a set, bytes, any other object, a key that is no string or
+    number) are refused before anything is sent, as an ``RpcError`` ``INVALID_PARAMS`` naming the method and where
+    the value is (``data.sent`` false, ``data.errors[0].loc``), like params nested too deep: the encoder raised a
+    bare ``ValueError`` (``allow_nan=False``) or ``TypeError`` out of the call instead, which a caller handling the
+    SDK's ``RpcError`` did not expect and which did not say whether anything was sent. The refusal needs no
+    connection (it came only once one was up), and the connection and a retry-safe write's key are untouched: the
+    same ``submissionId`` with good params then applies once."""
+    host = await trio.to_thread.run_sync(start_host_process, tmp_path)
+    stopped = False
+    try:
+        with trio.fail_after(60):
+            async with connect(data_dir=tmp_path, client_id="unsendable-sdk", reconnect_timeout=2) as c:
+                for params, named, loc in UNSENDABLE:
+                    with pytest.raises(RpcError) as refused:
+                        await c.call("session.list", params)
+                    err = refused.value
+                    assert err.data_code == "INVALID_PARAMS" and err.code == -32602 and not err.retriable, named
+                    assert err.data["sent"] is False, named
+                    assert err.message.startswith("session.list: params hold ") and named in err.message, err.message
+                    assert "which JSON cannot carry; nothing was sent" in err.message
+                    assert [e["loc"] for e in err.field_errors] == [loc], err.data
+                # a typed write: refused before its key is spent, so the same key with good params applies once
+                with pytest.raises(RpcError) as typed:
+                    await c.settings.set(ns="ui", key="k", value={"w": float("nan")}, submission_id="nan-1")
+                assert typed.value.data_code == "INVALID_PARAMS" and typed.value.data["sent"] is False
+                assert "settings.set: params hold NaN at params.value.w" in typed.value.message
+                with pytest.raises(RpcError) as generated_key:  # a key the client generates: the same
+                    await c.settings.set(ns="ui", key="k", value=[{1, 2}])
+                assert generated_key.value.data_code == "INVALID_PARAMS"
+                assert "a set at params.value[0]" in generated_key.value.message
+                await c.settings.set(ns="ui", key="k", value={"w": 1.5}, submission_id="nan-1")
+                assert (await c.settings.get(ns="ui", key="k"))["value"] == {"w": 1.5}
+                assert c.connected and c.connects == 1  # the connection went on, never dropped
+                assert (await c.call("session.list", {}))["sessions"] == []
+                # no connection needed: refused at once while the host is gone, not after reconnect_timeout
+                await trio.to_thread.run_sync(stop, host)  # the client answers the host's close meanwhile
+                stopped = True
+                with pytest.raises(RpcError) as offline:
+                    await c.call("session.list", {"x": float("nan")})
+                assert offline.value.data_code == "INVALID_PARAMS" and offline.value.data["sent"] is False
+    finally:
+        if not stopped:
+            stop(host)

@@ -153,6 +153,14 @@ class Resync:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    """A call's params as JSON text: encoded once per call, before it waits for a connection, and sent as is by
+    every try."""
+
+    text: str
+
+
 @dataclass
 class _Progress:
     """How far one call got: ``sent`` once a try began writing its request to a connection."""
@@ -178,13 +186,19 @@ class _Connection:
         self.done = anyio.Event()
         self.hello: dict[str, Any] = {}
 
-    async def call(self, method: str, params: dict[str, Any], on_result: Callable[[Any], None] | None = None,
-                   progress: _Progress | None = None) -> Any:
+    async def call(self, method: str, params: dict[str, Any] | _Encoded,
+                   on_result: Callable[[Any], None] | None = None, progress: _Progress | None = None) -> Any:
+        """Send one request and wait for its answer. ``params``: the client's own (a dict), or the caller's as
+        :meth:`Client.call` encoded them once, before any try (:func:`_encode_params`)."""
         request_id = next(self._ids)
         slot = self._slots[request_id] = _Slot(on_result=on_result)
         try:
-            frame = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
-                               ensure_ascii=False, allow_nan=False)
+            if isinstance(params, _Encoded):
+                frame = (f'{{"jsonrpc": "2.0", "id": {request_id}, "method": '
+                         f'{json.dumps(method, ensure_ascii=False)}, "params": {params.text}}}')
+            else:
+                frame = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
+                                   ensure_ascii=False, allow_nan=False)
             if progress is not None:
                 progress.sent = True  # from the first byte on, the host may have it
             try:
@@ -651,18 +665,19 @@ class Client(GeneratedMethods):
         :class:`CallTimeout`, which says whether the request was sent and so may have taken effect."""
         params = dict(params or {})
         _refuse_too_deep(method, params)
+        encoded = _encode_params(method, params)
         limit = self._call_timeout if timeout is None else _bound("timeout", timeout)
         progress = _Progress()
         if limit is None:
-            return await self._attempts(method, params, progress)
+            return await self._attempts(method, params, encoded, progress)
         with anyio.move_on_after(limit) as bounded:
-            return await self._attempts(method, params, progress)
+            return await self._attempts(method, params, encoded, progress)
         assert bounded.cancelled_caught
         submission_id = params.get("submissionId")
         raise CallTimeout(method, limit, sent=progress.sent, mutating=method in MUTATING,
                           submission_id=submission_id if isinstance(submission_id, str) else None)
 
-    async def _attempts(self, method: str, params: dict[str, Any], progress: _Progress) -> Any:
+    async def _attempts(self, method: str, params: dict[str, Any], encoded: _Encoded, progress: _Progress) -> Any:
         retry_safe = method not in MUTATING or params.get("submissionId") is not None
         attempt = 0
         delay = self._backoff
@@ -671,7 +686,7 @@ class Client(GeneratedMethods):
             attempt += 1
             conn = await self._connection()
             try:
-                return await conn.call(method, params, progress=progress)
+                return await conn.call(method, encoded, progress=progress)
             except ConnectionLost:
                 if not (self._reconnect and retry_safe) or attempt >= self._max_attempts:
                     raise
@@ -739,6 +754,68 @@ def _refuse_too_deep(method: str, params: dict[str, Any]) -> None:
                            {"code": "PARSE_ERROR", "retriable": False, "maxDepth": MAX_JSON_DEPTH, "sent": False})
         items = value.values() if isinstance(value, dict) else value
         stack.extend((item, level + 1) for item in items if isinstance(item, (dict, list, tuple)))
+
+
+def _encode_params(method: str, params: dict[str, Any]) -> _Encoded:
+    """``params`` as JSON text, or an :class:`RpcError` ``INVALID_PARAMS`` (``data.sent`` false, ``data.errors``
+    saying where) when they hold what JSON cannot carry: NaN or ±Infinity (strict JSON has no such number: the
+    host refuses the frame), or a value JSON has no form for (a set, bytes, any other object; a key that is no
+    string, number, boolean or None). Nothing is sent; the connection, and a retry-safe write's ``submissionId``
+    (never sent), stay as they were. Only a failed encode looks for where (:func:`_unsendable`): a call whose
+    params encode pays nothing more than the one encode every try used to repeat."""
+    try:
+        return _Encoded(json.dumps(params, ensure_ascii=False, allow_nan=False))
+    except (ValueError, TypeError) as exc:
+        found = _unsendable(params)
+        what, loc = found if found is not None else (f"a value the encoder refused ({exc})", [])
+        where = "params" + "".join(f"[{part}]" if isinstance(part, int)
+                                   else f".{part}" if part.isidentifier() else f"[{json.dumps(part)}]"
+                                   for part in loc)
+        message = f"{method}: params hold {what} at {where}, which JSON cannot carry; nothing was sent"
+        errors = [{"loc": ".".join(str(part) for part in loc), "msg": f"{what}, which JSON cannot carry",
+                   "type": "json_invalid"}]
+        raise RpcError(-32602, "INVALID_PARAMS", message,
+                       {"code": "INVALID_PARAMS", "retriable": False, "sent": False, "errors": errors}) from None
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _unsendable(params: dict[str, Any]) -> tuple[str, list[str | int]] | None:
+    """The first value, in the encoder's order, that JSON cannot carry: what it is ("NaN", "a set", "a key of
+    type tuple") and where (the keys and indexes from ``params``; a key's is its object's). Run only after the
+    encoder refused ``params``, which :func:`_refuse_too_deep` checked first: no cycle, a bounded depth."""
+    stack: list[tuple[Any, list[str | int], bool]] = [(params, [], False)]  # (value, where, is a key)
+    while stack:
+        value, loc, is_key = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                said = _NON_FINITE[repr(float(value))]
+                return (f"a {said} key" if is_key else said), loc
+        elif is_key:
+            if not (value is None or isinstance(value, (str, int))):
+                return f"a key of type {type(value).__name__}", loc
+        elif isinstance(value, dict):
+            entries: list[tuple[Any, list[str | int], bool]] = []
+            for key, item in value.items():
+                entries += [(key, loc, True), (item, [*loc, _key_text(key)], False)]
+            stack.extend(reversed(entries))
+        elif isinstance(value, (list, tuple)):
+            stack.extend(reversed([(item, [*loc, index], False) for index, item in enumerate(value)]))
+        elif not (value is None or isinstance(value, (str, int))):
+            name = type(value).__name__
+            return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}", loc
+    return None
+
+
+def _key_text(key: Any) -> str:
+    """An object key as JSON writes it (a number, boolean or None becomes a string)."""
+    if isinstance(key, str):
+        return key
+    try:
+        return json.dumps(key)
+    except ValueError:  # a NaN key: refused when it is reached
+        return repr(key)
 
 
 def _positive(name: str, value: float) -> float:
