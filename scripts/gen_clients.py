@@ -149,6 +149,9 @@ def render_ts(doc: Mapping[str, Any]) -> str:
     defs: Mapping[str, Any] = doc["$defs"]
     out = [f"// {HEADER}.", "/* eslint-disable */", "",
            f"export const PROTOCOL_VERSION = {PROTOCOL_VERSION};", "",
+           "/** Containers a request may nest, the request object being level 1: the host refuses a deeper one",
+           " * (`PARSE_ERROR`), and the client refuses such params before sending them. */",
+           f"export const MAX_JSON_DEPTH = {MAX_JSON_DEPTH};", "",
            "/** Any JSON object (open set of keys). */",
            "export type JsonObject = { [key: string]: unknown };", ""]
     known = " | ".join(BLOCK_DEFS)

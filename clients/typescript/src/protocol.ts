@@ -3,6 +3,10 @@
 
 export const PROTOCOL_VERSION = 1;
 
+/** Containers a request may nest, the request object being level 1: the host refuses a deeper one
+ * (`PARSE_ERROR`), and the client refuses such params before sending them. */
+export const MAX_JSON_DEPTH = 64;
+
 /** Any JSON object (open set of keys). */
 export type JsonObject = { [key: string]: unknown };
 
