@@ -23,6 +23,7 @@ import pytest
 from pihost_client import connect
 from tests.clients.relay import free_port
 from tests.clients.test_clients_outsider import FakeServer
+from tests.clients.test_deep_params import nest
 from tests.clients.test_typescript_reconnect import (
     CAP_MS,
     INITIAL_MS,
@@ -375,3 +376,73 @@ def test_a_refused_handshake_ends_the_first_connection_at_once(harness: Path, re
         assert failed["status"] == expect and failed["elapsedMs"] < 10000, failed
         assert ("no HTTP answer" if expect is None else f"HTTP {expect}") in failed["message"], failed
         assert len(server.conns) == 1, len(server.conns)
+
+
+def _with(node: Node, tag: str, method: str, path: list[str | int], make: str, **params: Any) -> Line:
+    """A call whose params hold, at ``path``, a value JSON lines cannot carry (the harness makes it: ``NaN``,
+    ``bigint``, ``Map``, ``deep``...); how it ended."""
+    node.run("startWith", tag=tag, method=method, params=params, path=path, value=make)
+    return node.seen(lambda x: x.get("kind") == "done" and x.get("tag") == tag, 20)
+
+
+MEMBER, ITEM = (["value", "w"], "params.value.w"), (["value", "list", 1], "params.value.list[1]")
+UNSENDABLE_TS = [
+    # the value the harness makes, what the message names, where it is put
+    ("NaN", "NaN", (MEMBER, ITEM)), ("Infinity", "Infinity", (MEMBER, ITEM)), ("-Infinity", "-Infinity", (MEMBER,)),
+    ("bigint", "a bigint", (MEMBER, ITEM)), ("Map", "a Map", (MEMBER, ITEM)), ("Set", "a Set", (ITEM,)),
+    ("Uint8Array", "a Uint8Array", (MEMBER,)),
+    # in an array these would be written null; as a member they are left out, like an absent key (below)
+    ("undefined", "undefined", (ITEM,)), ("function", "a function", (ITEM,)), ("symbol", "a symbol", (ITEM,)),
+]
+
+
+def test_params_json_cannot_carry_are_refused_before_sending(harness: Path, data_dir: Path) -> None:
+    """clients/typescript/README.md: params JSON cannot carry are refused before anything is sent, as an
+    ``RpcError`` ``INVALID_PARAMS`` naming the method, what and where (``data.sent`` false), as the Python client
+    does. ``JSON.stringify`` wrote NaN and ±Infinity as ``null``, a Map or a Set as ``{}``, a typed array as an
+    object of indexes, ``undefined`` or a function in an array as ``null``, so the host stored data the caller
+    never wrote (``settings.set`` answered ``{"w": null}``); a BigInt, params nested past what it writes or an
+    object holding itself threw inside the send, which the client took for a lost connection, tried again at once
+    up to 8 times, and failed with ``ConnectionLost`` ("send failed: TypeError: Do not know how to serialize a
+    BigInt"). Those nested past what it writes (a cycle too) are ``PARSE_ERROR`` with ``data.maxDepth`` (what it
+    writes goes to the host, which answers ``PARSE_ERROR`` past 64 itself). The connection goes on, and a refused
+    write's ``submissionId`` was never sent: the same key with good params applies once. ``undefined``, a function
+    or a symbol as a member is left out (as absent), and a Date is written by its ``toJSON``."""
+    host = start_host_process(data_dir)
+    node = Node(harness, host.url, host.token)
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        for make, named, places in UNSENDABLE_TS:
+            for path, where in places:
+                done = _with(node, f"{make}-{len(path)}", "settings.set", path, make, ns="ui", key="k",
+                             value={"list": [1, 2]}, submissionId="ts-unsendable-1")
+                assert done.get("name") == "RpcError" and done["dataCode"] == "INVALID_PARAMS", done
+                data = done["data"]
+                assert data["sent"] is False and data["retriable"] is False, done
+                assert f"settings.set: params hold {named} at {where}, which JSON cannot carry; nothing was sent" in (
+                    done["error"]), done
+                assert [e["loc"] for e in data["errors"]] == [".".join(str(p) for p in path)], done
+        for make in ("deep", "cycle"):  # more than JSON.stringify writes (5000 levels), or no end at all
+            done = _with(node, make, "settings.set", ["value", "w"], make, ns="ui", key="k", value={})
+            assert done["dataCode"] == "PARSE_ERROR" and done["data"]["maxDepth"] == 64, done
+            assert done["data"]["sent"] is False and "deeper than 64 containers" in done["error"], done
+        shallow = _call(node, "settings.set", ns="ui", key="k", value={"w": nest(70)})  # written: the host says
+        assert shallow.get("name") == "RpcError" and "PARSE_ERROR" in shallow["error"], shallow
+        assert "sent" not in shallow["data"], shallow
+        # nothing reached the host: the key was never used, so good params with it apply (not IDEMPOTENCY_CONFLICT)
+        good = _call(node, "settings.set", ns="ui", key="k", value={"w": 1.5}, submissionId="ts-unsendable-1")
+        assert good.get("value", {}).get("value") == {"w": 1.5}, good
+        for make in ("undefined", "function", "symbol"):  # a member left out: accepted
+            kept = _with(node, f"{make}-member", "settings.set", ["value", "gone"], make, ns="ui", key="k2",
+                         value={"w": 1})
+            assert kept.get("value", {}).get("value") == {"w": 1}, kept
+        dated = _with(node, "date", "settings.set", ["value", "at"], "Date", ns="ui", key="k3", value={})
+        assert dated.get("value", {}).get("value") == {"at": "1970-01-01T00:00:00.000Z"}, dated
+        assert _call(node, "settings.get", ns="ui", key="k")["value"]["value"] == {"w": 1.5}
+        assert node.run("pending") == {"waiting": 0, "inFlight": 0}
+        states = [x["state"] for x in node.lines if x.get("kind") == "state"]
+        assert states == ["connecting", "connected"], states  # one connection throughout
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0
+    finally:
+        _end(node, host)

@@ -11,6 +11,7 @@
 // subscriptions are re-established after a reconnect from the last cursor they delivered (or resynced when the
 // host restarted).
 import {
+  MAX_JSON_DEPTH,
   MUTATING_METHODS,
   PROTOCOL_VERSION,
   RETRIABLE_CODES,
@@ -265,6 +266,136 @@ function newSubmissionId(): string {
 
 const OPEN = 1;
 
+/** A call's params as JSON text: encoded once, before the call waits for a connection, and sent as is by every try. */
+class EncodedParams {
+  constructor(readonly text: string) {}
+}
+
+/** What JSON cannot carry in a call's params, found by {@link unsendable}: `what` it is ("NaN", "a Map", "undefined")
+ * and where (`loc`: the keys and indexes from params, when asked for), or `tooDeep`. */
+type Unsendable = { what: string; loc: (string | number)[]; tooDeep: boolean };
+
+/** Objects `JSON.stringify` writes as `{}` or as an object of indexes, whatever they hold: "a Map"... */
+function opaqueName(value: object): string | null {
+  if (value instanceof Map || value instanceof Set || value instanceof WeakMap || value instanceof WeakSet
+    || value instanceof ArrayBuffer || ArrayBuffer.isView(value) || value instanceof Promise) {
+    const name = value.constructor.name;
+    return `${/^[AEIO]/.test(name) ? "an" : "a"} ${name}`; // an ArrayBuffer, a Uint8Array
+  }
+  return null;
+}
+
+/** Why one value that is no object cannot be written as it is (null: it can). `inArray`: `JSON.stringify` writes
+ * `undefined`, a function or a symbol in an array as `null`, and leaves such a member out of an object, as an absent
+ * key (accepted). */
+function unsendableLeaf(item: unknown, inArray: boolean): string | null {
+  switch (typeof item) {
+    case "string":
+    case "boolean":
+    case "object": // null
+      return null;
+    case "number":
+      return Number.isFinite(item) ? null : String(item); // NaN, Infinity, -Infinity: written null
+    case "bigint":
+      return "a bigint"; // JSON.stringify throws
+    case "undefined":
+      return inArray ? "undefined" : null;
+    default: // function, symbol
+      return inArray ? `a ${typeof item}` : null;
+  }
+}
+
+/** A value of `params` that JSON cannot carry as it is: a number that is not finite (NaN, ±Infinity:
+ * `JSON.stringify` writes `null`), a bigint (it throws), `undefined`, a function or a symbol in an array (`null`; as
+ * a member it is left out, like an absent key, and accepted), a Map, Set, ArrayBuffer or typed array (written `{}`
+ * or as an object of indexes); or a container nested deeper than `maxLevel` (the request object being level 1).
+ * Null when there is none. An object with a `toJSON` (a Date) is written as that returns, and not looked into. Only a call whose params
+ * may hold one looks ({@link encodeParams}): first quickly (`where` false: the first found, no path), then, when one
+ * was found, for the first in the order `JSON.stringify` writes, with its path (`where` true). */
+function unsendable(params: object, where: boolean, maxLevel: number): Unsendable | null {
+  type Entry = { value: unknown; level: number; loc: (string | number)[]; inArray: boolean };
+  const values: unknown[] = [params];
+  const levels: number[] = [2]; // the request object is level 1, its params level 2
+  const traced: Entry[] = where ? [{ value: params, level: 2, loc: [], inArray: false }] : [];
+  while (where ? traced.length > 0 : values.length > 0) {
+    let value: unknown;
+    let level: number;
+    let loc: (string | number)[] = [];
+    if (where) {
+      const entry = traced.pop() as Entry;
+      ({ value, level, loc } = entry);
+      if (typeof value !== "object" || value === null) {
+        const what = unsendableLeaf(value, entry.inArray);
+        if (what !== null) return { what, loc, tooDeep: false };
+        continue;
+      }
+    } else {
+      value = values.pop();
+      level = levels.pop() as number;
+    }
+    const container = value as { [key: string | number]: unknown };
+    if (typeof container.toJSON === "function") continue;
+    if (level > maxLevel) return { what: "", loc, tooDeep: true };
+    const isArray = Array.isArray(container);
+    const opaque = isArray ? null : opaqueName(container);
+    if (opaque !== null) return { what: opaque, loc, tooDeep: false };
+    const keys: (string | number)[] | null = isArray ? null : Object.keys(container);
+    const count = keys === null ? (container as unknown as unknown[]).length : keys.length;
+    for (let i = count - 1; i >= 0; i--) { // pushed last to first: the first is looked at first
+      const key = keys === null ? i : (keys[i] as string);
+      const item = container[key];
+      if (where) traced.push({ value: item, level: level + 1, loc: [...loc, key], inArray: isArray });
+      else if (typeof item === "object" && item !== null) {
+        values.push(item);
+        levels.push(level + 1);
+      } else {
+        const what = unsendableLeaf(item, isArray);
+        if (what !== null) return { what, loc, tooDeep: false };
+      }
+    }
+  }
+  return null;
+}
+
+/** `params` as JSON text, or an {@link RpcError} saying why they cannot be sent (`data.sent` false), as the Python
+ * client does: `INVALID_PARAMS` (`data.errors`: where) for what JSON cannot carry ({@link unsendable}), and
+ * `PARSE_ERROR` (`data.maxDepth`) for params nested so deep that `JSON.stringify` cannot write them (a cycle too;
+ * those it writes, the host answers with `PARSE_ERROR` past {@link MAX_JSON_DEPTH}). Nothing is sent; the
+ * connection, and a mutating call's `submissionId` (never sent), stay as they were. A call whose params encode pays
+ * the one `JSON.stringify` every try used to repeat, and a look for what it writes without a word (`null`, `{}`,
+ * `{"0":`) in the text: only a text holding one has its params looked into. */
+function encodeParams(method: string, params: object): EncodedParams {
+  let text: string | undefined;
+  let failure: unknown = null;
+  try {
+    text = JSON.stringify(params);
+  } catch (err) {
+    failure = err; // a bigint, a cycle, too deep for the stack; a toJSON or a getter that throws
+  }
+  if (text !== undefined && ((!text.includes("null") && !text.includes("{}") && !text.includes('{"0":'))
+    || unsendable(params, false, Infinity) === null)) { // written: no cycle, the walk ends
+    return new EncodedParams(text);
+  }
+  // the failure path: what and where; past the host's depth only when JSON.stringify could not write them (a
+  // cycle: without a bound the walk would not end)
+  const found = unsendable(params, true, text === undefined ? MAX_JSON_DEPTH : Infinity);
+  if (found?.tooDeep) {
+    throw new RpcError(-32700, "PARSE_ERROR",
+      `${method}: params nest deeper than ${MAX_JSON_DEPTH} containers (the request object being level 1), which ` +
+      "the host refuses; nothing was sent",
+      { code: "PARSE_ERROR", retriable: false, maxDepth: MAX_JSON_DEPTH, sent: false });
+  }
+  const what = found?.what
+    ?? `a value JSON.stringify ${failure === null ? "could not write" : `refused (${String(failure)})`}`;
+  const loc = found?.loc ?? [];
+  const at = "params" + loc.map((part) => typeof part === "number" ? `[${part}]`
+    : /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(part) ? `.${part}` : `[${JSON.stringify(part)}]`).join("");
+  throw new RpcError(-32602, "INVALID_PARAMS",
+    `${method}: params hold ${what} at ${at}, which JSON cannot carry; nothing was sent`,
+    { code: "INVALID_PARAMS", retriable: false, sent: false,
+      errors: [{ loc: loc.join("."), msg: `${what}, which JSON cannot carry`, type: "json_invalid" }] });
+}
+
 /** One WebSocket and its requests; it never reconnects itself (the client's one loop does). */
 class Connection {
   private nextId = 1;
@@ -364,7 +495,8 @@ class Connection {
 
   /** Send one request; `signal` ends the wait for its answer (rejecting with the signal's reason; an answer that
    * comes later is dropped). */
-  request<T>(method: string, params: object, signal?: AbortSignal, progress?: { sent: boolean }): Promise<T> {
+  request<T>(method: string, params: object | EncodedParams, signal?: AbortSignal,
+    progress?: { sent: boolean }): Promise<T> {
     if (this.isDone || this.ws.readyState !== OPEN) {
       return Promise.reject(new ConnectionLost("not connected"));
     }
@@ -387,7 +519,9 @@ class Connection {
       });
       signal?.addEventListener("abort", onAbort, { once: true });
       try {
-        const frame = JSON.stringify({ jsonrpc: "2.0", id, method, params });
+        const frame = params instanceof EncodedParams
+          ? `{"jsonrpc":"2.0","id":${id},"method":${JSON.stringify(method)},"params":${params.text}}`
+          : JSON.stringify({ jsonrpc: "2.0", id, method, params });
         if (progress !== undefined) progress.sent = true; // from here on, the host may have it
         this.ws.send(frame);
       } catch (err) {
@@ -836,7 +970,9 @@ export class HostClient {
    * lost connection to come back takes at most `reconnectTimeoutMs`, then the call rejects with `HostUnavailable`.
    * A request in flight ends with its answer, with its connection (the keepalive closes one whose host no longer
    * answers), or with its bound (`options.timeoutMs`, else `callTimeoutMs`; none by default): then it rejects with
-   * {@link CallTimeout}. `options.signal` ends the call whenever the caller chooses (see {@link CallOptions}). */
+   * {@link CallTimeout}. `options.signal` ends the call whenever the caller chooses (see {@link CallOptions}).
+   * Params JSON cannot carry as they are (NaN, a bigint, a Map...) reject at once with an {@link RpcError}
+   * `INVALID_PARAMS` (`data.sent` false), before anything is sent ({@link encodeParams}). */
   async call<M extends MethodName>(method: M, params: ParamsOf<M>, options: CallOptions = {}): Promise<ResultOf<M>> {
     let sent: object = params;
     const mutating = (MUTATING_METHODS as readonly string[]).includes(method);
@@ -845,8 +981,9 @@ export class HostClient {
     }
     const timeoutMs = options.timeoutMs ?? this.options.callTimeoutMs ?? Infinity;
     if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs must be a number of ms > 0 (or Infinity), not ${timeoutMs}`);
+    const encoded = encodeParams(method, sent); // refused here, before any try, when JSON cannot carry them
     const progress = { sent: false };
-    if (timeoutMs === Infinity) return this.send(method, sent, options.signal, progress);
+    if (timeoutMs === Infinity) return this.send(method, encoded, options.signal, progress);
     // one signal for both ends: the caller's abort (its reason) and the bound (a CallTimeout saying how far it got)
     const bounded = new AbortController();
     const outer = options.signal;
@@ -858,7 +995,7 @@ export class HostClient {
       bounded.abort(new CallTimeout(method, timeoutMs, progress.sent, mutating, typeof key === "string" ? key : null));
     }, Math.min(timeoutMs, MAX_TIMER_MS));
     try {
-      return await this.send(method, sent, bounded.signal, progress);
+      return await this.send(method, encoded, bounded.signal, progress);
     } finally {
       clearTimeout(timer);
       outer?.removeEventListener("abort", forward);
@@ -866,7 +1003,7 @@ export class HostClient {
   }
 
   /** Send `sent` until it is answered, retrying after a lost connection or a retriable error. */
-  private async send<M extends MethodName>(method: M, sent: object, signal: AbortSignal | undefined,
+  private async send<M extends MethodName>(method: M, sent: EncodedParams, signal: AbortSignal | undefined,
     progress: { sent: boolean }): Promise<ResultOf<M>> {
     const maxAttempts = this.options.maxCallAttempts ?? 8;
     let delay = this.options.backoff?.initialMs ?? 250;

@@ -26,6 +26,10 @@ type Command =
   /** Send any call without waiting for it (with its own `timeoutMs` if given): a `done` line with `tag` says how it
    * ended. */
   | { op: "start"; tag: string; method: MethodName; params: { [key: string]: unknown }; timeoutMs?: number }
+  /** Like `start`, with a value JSON lines cannot carry put at `path` inside `params` first (`path`'s parent is in
+   * `params`): NaN, a BigInt, a Map..., lists nested `deep`, an object holding itself (`cycle`). */
+  | { op: "startWith"; tag: string; method: MethodName; params: { [key: string]: unknown }; path: (string | number)[];
+      value: string }
   /** Like `start`, with an AbortSignal that `abort` (same `tag`) fires. */
   | { op: "startAbortable"; tag: string; method: MethodName; params: { [key: string]: unknown } }
   /** What `RpcError.retriable` says of an error whose `data` is this. */
@@ -42,6 +46,34 @@ const flood = { refused: 0, resolved: 0, failed: 0, pending: [] as Promise<void>
 /** The AbortControllers of the calls started with `startAbortable`, by tag. */
 const aborts = new Map<string, AbortController>();
 
+/** The values `startWith` puts into params, by name. */
+function made(name: string): unknown {
+  switch (name) {
+    case "NaN": return NaN;
+    case "Infinity": return Infinity;
+    case "-Infinity": return -Infinity;
+    case "bigint": return 10n ** 20n;
+    case "function": return () => 1;
+    case "symbol": return Symbol("s");
+    case "undefined": return undefined;
+    case "Map": return new Map([["a", 1]]);
+    case "Set": return new Set([1]);
+    case "Uint8Array": return new Uint8Array([1, 2]);
+    case "Date": return new Date(0);
+    case "deep": {
+      let value: unknown = 1;
+      for (let i = 0; i < 5000; i++) value = [value];
+      return value;
+    }
+    case "cycle": {
+      const value: { [key: string]: unknown } = { a: 1 };
+      value.self = value;
+      return value;
+    }
+  }
+  throw new Error(`no such value: ${name}`);
+}
+
 /** How a call failed, for the test to check: the error's class and what a `HostUnavailable` carries (read by
  * property, so the harness builds against a client without it too). */
 function failure(err: unknown, started: number): { [key: string]: unknown } {
@@ -52,6 +84,8 @@ function failure(err: unknown, started: number): { [key: string]: unknown } {
     mayHaveTakenEffect: extra?.mayHaveTakenEffect ?? null,
     submissionId: extra?.submissionId ?? null,
     timeoutMs: extra?.timeoutMs ?? null,
+    dataCode: err instanceof RpcError ? err.dataCode : null,
+    data: err instanceof RpcError ? err.data : null,
     error: String(err),
     name: err instanceof Error ? err.name : typeof err,
     connectionLost: err instanceof ConnectionLost,
@@ -155,6 +189,18 @@ async function main(): Promise<void> {
           // a cast, so the harness builds against a client without timeoutMs too (its tests then fail, not the build)
           const options = (cmd.timeoutMs === undefined ? {} : { timeoutMs: cmd.timeoutMs }) as CallOptions;
           client.call(cmd.method, cmd.params as ParamsOf<MethodName>, options).then(
+            (value: unknown) => out({ kind: "done", tag: cmd.tag, value, elapsedMs: Date.now() - started }),
+            (err: unknown) => out({ kind: "done", tag: cmd.tag, ...failure(err, started) }),
+          );
+          out({ kind: "result", op: cmd.op, value: cmd.tag });
+          break;
+        }
+        case "startWith": {
+          const started = Date.now();
+          let parent = cmd.params as { [key: string | number]: unknown };
+          for (const part of cmd.path.slice(0, -1)) parent = parent[part] as { [key: string | number]: unknown };
+          parent[cmd.path[cmd.path.length - 1] as string | number] = made(cmd.value);
+          client.call(cmd.method, cmd.params as ParamsOf<MethodName>).then(
             (value: unknown) => out({ kind: "done", tag: cmd.tag, value, elapsedMs: Date.now() - started }),
             (err: unknown) => out({ kind: "done", tag: cmd.tag, ...failure(err, started) }),
           );
