@@ -85,6 +85,7 @@ from store.interchange.importers.common import (
     SourceUnit,
     join_id,
     stamp,
+    tool_tally,
     uncount_output,
 )
 from store.interchange.importers.reader import LineReader
@@ -649,6 +650,8 @@ def _write_new(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, stage
     count = messages = 0
     for record, line in itertools.chain((first,), records):
         out.write(line)
+        if record.get("type") == TOMBSTONE:  # a message's state, written with it: not a record of its own
+            continue
         count += 1
         if record.get("type") == "message":
             messages += 1
@@ -667,9 +670,13 @@ def _writable(records: Iterable[dict[str, Any]], report: SessionReport) -> Itera
     line is the one written (no record is encoded twice), and a record left out is left out of the branch
     order too (:class:`_LiveOrder`), and out of the report's message counts (``messages`` by role,
     ``compactions``, ...: they say what the session holds) unless a line of the same id is written (a
-    replacement line, which the counts never counted on its own)."""
+    replacement line, which the counts never counted on its own). The report's ``tool_calls`` /
+    ``tool_results`` are counted here, from the lines written (:func:`tool_tally` of each id's last line, the
+    one readers keep): a call left out, or a second line of a call (its result, a repeat of the same call id),
+    is what the session holds, once."""
     written: set[tuple[Any, str]] = set()
     left_out: dict[tuple[Any, str], dict[str, Any]] = {}  # the first (the counted) record of an id left out
+    tools: dict[tuple[Any, str], tuple[int, int]] = {}  # tool_tally of the last line written of an id holding calls
     for record in records:
         rid = record.get("id")
         key = (record.get("type"), rid) if isinstance(rid, str) else None
@@ -683,9 +690,14 @@ def _writable(records: Iterable[dict[str, Any]], report: SessionReport) -> Itera
         if key is not None:
             written.add(key)
             left_out.pop(key, None)
+            tally = tool_tally(record)
+            if tally != (0, 0) or key in tools:
+                tools[key] = tally
         yield record, line
     for record in left_out.values():
         uncount_output(report, record)
+    report.tool_calls = sum(calls for calls, _ in tools.values())
+    report.tool_results = sum(results for _, results in tools.values())
 
 
 def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, staged: StagedImport, spans: Spans,

@@ -1698,7 +1698,6 @@ class _FileConverter:
         tool_block: dict[str, Any] = {"type": "tool_call", "callId": key, "name": name, "args": args}
         record = message_record(join_id(self.sid, "tool", key), "tool", ts, [tool_block], tool_name=name,
                                 meta=attribution)
-        self.report.tool_calls += 1
         slot = self.emitter.push(record, held=has_id, weight=length)
         if has_id:
             if key in self.pending:
@@ -1738,7 +1737,6 @@ class _FileConverter:
             self.emitter.push(message_record(join_id(self.sid, "result", key), "tool", ts, [orphan],
                                              tool_name="unknown", meta={**attribution, **kept, "orphanResult": True}))
             return
-        self.report.tool_results += 1
         old = slot.record
         tool_block = {**old["blocks"][0], "result": result, "status": status, "completedAt": stamp(ts)}
         new = {**old, "blocks": [tool_block]}

@@ -766,7 +766,6 @@ class _Converter:
             if self.provider:
                 meta["providerId"] = self.provider
         record = message_record(msg_id, "tool", ts, [block], tool_name=name, meta=meta)
-        self.report.tool_calls += 1
         held = isinstance(call_id, str) and bool(call_id)
         slot = self.emitter.push(record, held=held, weight=length)
         self.response_output(slot)
@@ -796,7 +795,6 @@ class _Converter:
             self.emitter.push(message_record(msg_id, "tool", ts, [block], tool_name="unknown",
                                              meta={"orphanResult": True}))
             return
-        self.report.tool_results += 1
         old = slot.record
         block = {**old["blocks"][0], "result": result, "status": status, "completedAt": stamp(ts)}
         if exit_code is not None:

@@ -88,6 +88,7 @@ __all__ = [
     "message_record",
     "session_id_for",
     "stamp",
+    "tool_tally",
     "uncount_output",
 ]
 
@@ -606,6 +607,25 @@ def uncount_output(report: SessionReport, record: Mapping[str, Any]) -> None:
     """Take back the tally of a record the transcript writer could not write (left out, counted in
     ``skippedBlocks``): the report's message counts say what the session holds."""
     count_output(report, record, by=-1)
+
+
+def tool_tally(record: Mapping[str, Any]) -> tuple[int, int]:
+    """``(tool calls, those with their result)`` one transcript line holds: its ``tool_call`` blocks, and those
+    of them that carry a ``result``. A result the source holds without its call (``meta.orphanResult``, counted
+    in ``orphanResults``) is neither. The import writer sums them over the lines it writes, the last line of each
+    id (:func:`store.interchange.import_write._writable`): the report's ``toolCalls`` / ``toolResults`` say what
+    the session holds, as ``messages`` does."""
+    if record.get("type") != "message":
+        return 0, 0
+    meta = record.get("meta")
+    if isinstance(meta, Mapping) and meta.get("orphanResult") is True:
+        return 0, 0
+    calls = results = 0
+    for block in record.get("blocks") or ():
+        if block.get("type") == "tool_call":
+            calls += 1
+            results += "result" in block
+    return calls, results
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, c
                 active = stamp_of(out).active
                 if active is not None:
                     archived.active[family_of(out)] = active
-            _tally_tools(report, out)
+            _tally_unpaired(report, out)
             carried.referenced(_unmarked(out))
             emitter.push(out, replacement=replacement)
             if _withheld(rec):  # tombstoned on the first host: the copy holds it tombstoned (written once)
@@ -362,14 +362,12 @@ def _turn(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
     return out
 
 
-def _tally_tools(report: SessionReport, rec: Mapping[str, Any]) -> None:
+def _tally_unpaired(report: SessionReport, rec: Mapping[str, Any]) -> None:
+    """The export's calls without their result (``toolCalls`` / ``toolResults`` are counted from the lines
+    the import writes: ``store.interchange.importers.common.tool_tally``)."""
     for block in rec.get("blocks") or ():
-        if block.get("type") == "tool_call":
-            report.tool_calls += 1
-            if "result" in block:
-                report.tool_results += 1
-            else:
-                report.unpaired_tool_calls += 1
+        if block.get("type") == "tool_call" and "result" not in block:
+            report.unpaired_tool_calls += 1
 
 
 def _compaction(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:

@@ -549,9 +549,7 @@ class _Converter:
         times = state.get("time")
         times = times if isinstance(times, Mapping) else {}
         start, end = to_ms(times.get("start")), to_ms(times.get("end"))
-        self.report.tool_calls += 1
         if status in ("completed", "error"):
-            self.report.tool_results += 1
             if status == "completed":
                 output = state.get("output")
                 block["result"] = output if isinstance(output, str) else (output if json_value_ok(output) else None)

@@ -657,7 +657,6 @@ class PiConverter:
                 call_block["signature"] = sig  # provider replay state of the call (Gemini, OpenRouter)
             record = message_record(self.make_id(f"{key}.{i}"), "tool", ts, [call_block], tool_name=name,
                                     meta=meta if i == 0 and not meta_placed else None)
-            self.report.tool_calls += 1
             slot = self.push_message(record, held=has_id, weight=length)
             if has_id:
                 previous = self.pending.pop(cid, None)
@@ -685,7 +684,6 @@ class PiConverter:
             self.push_message(message_record(msg_id, "tool", ts, [block], tool_name=name,
                                              meta={"orphanResult": True}))
             return
-        self.report.tool_results += 1
         old = slot.record
         self.emitter.replace(slot, {**old, "blocks": [{**old["blocks"][0], **extra}]})
         slot.held = False
@@ -707,8 +705,6 @@ class PiConverter:
         meta: dict[str, Any] = {"importedKind": "pi/bashExecution"}
         if message.get("excludeFromContext") is True:
             meta["excludeFromContext"] = True  # a ``!!command``: pi never showed it to the model
-        self.report.tool_calls += 1
-        self.report.tool_results += 1
         self.push_message(message_record(self.make_id(key), "tool", ts, [block], tool_name="bash", meta=meta))
 
     def compaction(self, rec: Mapping[str, Any], key: str, ts: int | None) -> None:

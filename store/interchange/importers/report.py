@@ -74,8 +74,11 @@ class SessionReport:
     """Messages produced, by role, minus those the writer left out (``skipped_blocks``): what the
     session holds from the source."""
     tool_calls: int = 0
+    """Tool calls the session holds from the source (``tool_call`` blocks of the lines written, each message's
+    last line; a call left out because it cannot be written is not one, a result without its call is an
+    ``orphan_results``): counted by the writer (``common.tool_tally``), like ``messages`` what the session holds."""
     tool_results: int = 0
-    """Tool calls that got their result."""
+    """Of ``tool_calls``, those that hold their result."""
     unpaired_tool_calls: int = 0
     orphan_results: int = 0
     thinking_blocks: int = 0
@@ -97,6 +100,10 @@ class SessionReport:
     """The source lacks messages imported before (an older copy): no message was hidden or restored."""
     skipped_blocks: Counter[str] = field(default_factory=Counter)
     new_records: int = 0
+    """Records this import added to the transcript: messages and compaction checkpoints (``new_messages`` plus
+    the new checkpoints). A tombstone line written with a message (a pi-host export's prompt deleted on the
+    first host) is the message's state, not a record; ``replaced_records`` / ``unchanged_records`` count
+    records of the same kinds whose line the transcript held before."""
     new_messages: int = 0
     """Messages this import added to the transcript (``messages`` counts what the session holds from the
     source, added now or by an earlier import)."""
