@@ -59,11 +59,21 @@ class ImportSessionReport(Result):
     message: str | None = None
     messages: dict[str, Count] = Field(description="Messages by role, as the transcript holds them (a record "
                                        "left out because it cannot be written is counted in skippedBlocks only).")
-    tool_calls: Count = 0
-    tool_results: Count = 0
-    thinking_blocks: Count = 0
-    compactions: Count = 0
+    tool_calls: Count = Field(default=0, description="Tool calls the session's messages hold from the source, as "
+                              "messages counts them: each message's last line (a call and the later line with its "
+                              "result are one call); a call left out because it cannot be written is not counted, "
+                              "nor a result the source holds without its call (orphanResults).")
+    tool_results: Count = Field(default=0, description="Of toolCalls, those that hold their result (ok, error or "
+                                "denied).")
+    thinking_blocks: Count = Field(default=0, description="Thinking blocks of the messages counted in messages.")
+    compactions: Count = Field(default=0, description="Compaction checkpoints the transcript holds from the source.")
     attributed: Count = Field(default=0, description="Subagent / sidechain rows.")
+    new_records: Count = Field(default=0, description="Records this import added to the transcript: messages and "
+                               "compaction checkpoints (newMessages plus the new checkpoints). A tombstone line "
+                               "written with a message (an export's prompt deleted on the first host) is that "
+                               "message's state, not a record: not counted.")
+    new_messages: Count = Field(default=0, description="Messages this import added to the transcript (a re-import "
+                                "of unchanged files adds none).")
 
 
 class ImportSessionsResult(Result):

@@ -566,12 +566,13 @@ _IMPORT_REPORT = {
     "source": "claude-code", "externalId": "7f3c2e1a-9b8d-4c6e-a5f4-3e2d1c0b9a87",
     "sessionId": "cc-1d4e8f0a2b3c5d6e7f8091a2b3c4d5e6", "status": "new",
     "messages": {"assistant": 51, "user": 45}, "toolCalls": 22, "toolResults": 22, "thinkingBlocks": 9,
-    "compactions": 1, "attributed": 4, "unpairedToolCalls": 0, "newRecords": 97,
+    "compactions": 1, "attributed": 4, "unpairedToolCalls": 0, "newRecords": 97, "newMessages": 96,
 }
 _IMPORT_REFUSED = {
     "source": "claude-code", "externalId": "notes", "sessionId": "cc-0b9a8c7d6e5f40312233445566778899",
     "status": "refused", "reason": "NOT_A_SESSION_FILE", "message": "no line of the file is a Claude Code record",
     "messages": {}, "toolCalls": 0, "toolResults": 0, "thinkingBlocks": 0, "compactions": 0, "attributed": 0,
+    "newRecords": 0, "newMessages": 0,
 }
 
 _REVIEW_SNAPSHOT: dict[str, Any] = {

@@ -741,6 +741,8 @@ class ImportSessionReport(TypedDict):
     thinkingBlocks: NotRequired[int]
     compactions: NotRequired[int]
     attributed: NotRequired[int]
+    newRecords: NotRequired[int]
+    newMessages: NotRequired[int]
 
 
 class ImportSessionsParams(TypedDict):

@@ -960,12 +960,20 @@ export interface ImportSessionReport {
   message?: string | null;
   /** Messages by role, as the transcript holds them (a record left out because it cannot be written is counted in skippedBlocks only). */
   messages: { [key: string]: number };
+  /** Tool calls the session's messages hold from the source, as messages counts them: each message's last line (a call and the later line with its result are one call); a call left out because it cannot be written is not counted, nor a result the source holds without its call (orphanResults). */
   toolCalls?: number;
+  /** Of toolCalls, those that hold their result (ok, error or denied). */
   toolResults?: number;
+  /** Thinking blocks of the messages counted in messages. */
   thinkingBlocks?: number;
+  /** Compaction checkpoints the transcript holds from the source. */
   compactions?: number;
   /** Subagent / sidechain rows. */
   attributed?: number;
+  /** Records this import added to the transcript: messages and compaction checkpoints (newMessages plus the new checkpoints). A tombstone line written with a message (an export's prompt deleted on the first host) is that message's state, not a record: not counted. */
+  newRecords?: number;
+  /** Messages this import added to the transcript (a re-import of unchanged files adds none). */
+  newMessages?: number;
 }
 
 export interface ImportSessionsParams {
