@@ -59,11 +59,17 @@ async def _on_host(command: str, args: argparse.Namespace, data_dir: DataDir) ->
 
 
 def _json_arg(text: str) -> Any:
-    """A JSON value; anything that is not JSON is taken as a string (``set language en``)."""
+    """A JSON value; anything that is not JSON is taken as a string (``set language en``). ``NaN`` and
+    ``[-]Infinity`` are not JSON either (Python's parser takes them as floats, which the wire would carry as
+    ``null``): they are words too."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json)
     except ValueError:
         return text
+
+
+def _not_json(word: str) -> Any:
+    raise ValueError(f"{word} is not JSON")
 
 
 async def _config_command(c: HostClient, command: str, args: argparse.Namespace) -> None:

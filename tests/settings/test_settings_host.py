@@ -104,6 +104,10 @@ def test_cli_settings_providers_and_models(tmp_path: Path) -> None:
         assert _cli(data, "settings", "delete", "language").stdout.strip() == "not set"
         assert _cli(data, "settings", "set", "--ns", "ui", "width", "280").returncode == 0
         assert _cli(data, "settings", "get", "--ns", "ui", "width").stdout.strip() == "280"
+        # NaN / Infinity are not JSON: taken as the words they are, never written null
+        for word in ("NaN", "Infinity"):
+            assert _cli(data, "settings", "set", "--ns", "ui", "word", word).stdout.strip() == f'"{word}"'
+            assert _cli(data, "settings", "get", "--ns", "ui", "word").stdout.strip() == f'"{word}"'
 
         async def add() -> None:
             from runtime.client import open_client
