@@ -165,7 +165,7 @@ async def test_a_turn_whose_notification_the_boot_cap_pruned_gets_none_back_from
     notification pushed out at boot by 200 newer rows (left in the database by hand) does not come back when
     the sidecar repeats the turn's end, and the repeat answers the settled turn without ``notification``.
     A turn ended ``aborted`` by a rewrite (``session.truncateFrom`` under a running turn) creates none,
-    and neither does its late ``completed`` (CONFLICT)."""
+    and neither does its late ``completed`` (CONFLICT); nor does a repeat of a quiet end."""
     data = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(data, kind="agent") as (_proc, c):
@@ -199,6 +199,14 @@ async def test_a_turn_whose_notification_the_boot_cap_pruned_gets_none_back_from
             assert cut["status"] == "aborted"
             assert await code_of(c, "session.endTurn", {"sessionId": sid, "turnId": "cut",
                                                         "status": "completed"}) == "CONFLICT"
+            assert await _all_notifications(c) == listed
+
+            # README "Repeating the same status returns the settled turn without notification": a turn the
+            # focused chat ended quietly (createNotification false) gets none from a repeat that asks for one
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "quiet"})
+            quiet = {"sessionId": sid, "turnId": "quiet", "status": "completed"}
+            assert "notification" not in await c.call("session.endTurn", quiet | {"createNotification": False})
+            assert "notification" not in await c.call("session.endTurn", quiet)
             assert await _all_notifications(c) == listed
 
 
