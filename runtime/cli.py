@@ -83,6 +83,17 @@ def _loopback_host(value: str) -> str:
     return value.strip("[]")
 
 
+def _retention_days(value: str) -> int:
+    """``serve --audit-retention-days``: whole days, 1 to 36500 (seed 003 §8: 90, configurable)."""
+    try:
+        days = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of days") from None
+    if not 1 <= days <= 36_500:
+        raise argparse.ArgumentTypeError(f"{days} days is out of range (1 to 36500)")
+    return days
+
+
 def _parser() -> argparse.ArgumentParser:
     data_dir_help = "data directory (default: $PI_DESKTOP_DATA_DIR, else ~/.pi-desktop, or with --dev " \
                     "~/.pi-desktop-dev)"
@@ -119,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="diagnostics: count the trio thread's task steps and I/O waits (host.status.trio)")
     serve.add_argument("--import-root", action="append", default=[], metavar="DIR",
                        help="a folder attachments.importFile may read (besides the session's project and scratch/)")
+    serve.add_argument("--audit-retention-days", type=_retention_days, default=90, metavar="DAYS",
+                       help="boot prunes audit log rows older than DAYS (1-36500, default 90)")
     serve.add_argument("--disk-warn-below", type=int, default=512 * 1024 * 1024, metavar="BYTES",
                        help="host.status warns when the data directory's disk has less free space")
     _add_client_commands(sub, common)

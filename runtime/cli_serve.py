@@ -56,6 +56,7 @@ def host_config(args: argparse.Namespace, data_dir: DataDir) -> HostConfig:
         native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
         count_task_steps=args.count_task_steps,
         keep_quarantined=args.keep_quarantined,
+        audit_retention_days=args.audit_retention_days,
     )
 
 

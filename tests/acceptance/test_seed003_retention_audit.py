@@ -18,8 +18,9 @@ from typing import Any
 
 import trio
 
-from runtime.client import HostClient
+from runtime.client import HostClient, open_client
 from tests.acceptance.outsiderkit import code_of, data_dir, real_host, say
+from tests.hostkit import run_cli, start_host_process
 
 DAY_MS = 86_400_000
 
@@ -100,6 +101,36 @@ async def test_audit_rows_older_than_90_days_left_in_the_database_are_pruned_at_
         async with real_host(data) as (_proc, c):
             assert (await c.call("host.status", {}))["boot"]["retention"]["auditPruned"] == 0
             assert len(await _all_audit(c, sessionId=sid)) == 3
+
+
+async def test_the_audit_retention_is_configurable_on_serve_and_a_bad_value_is_refused(tmp_path: Path) -> None:
+    """§8 "older than 90 days (configurable)": ``pi-host serve --audit-retention-days 30`` prunes rows of 31
+    days and keeps rows of 29; a value that is not 1-36500 whole days is refused before anything starts (exit
+    2, one line naming the flag), the data directory untouched."""
+    data = data_dir(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(data) as (_proc, c):
+            sid = (await c.call("session.create", {"title": "audited"}))["id"]
+            now = await _now(c)
+        conn = _db(data)
+        try:
+            for i, age in enumerate((31, 45, 29, 1)):
+                conn.execute("INSERT INTO audit_log (ts, kind, session_id, payload_json) VALUES (?, ?, ?, ?)",
+                             (now - age * DAY_MS, "tool_denied", sid, json.dumps({"n": f"age-{age}", "i": i})))
+            conn.commit()
+        finally:
+            conn.close()
+        for bad in ("0", "-3", "1.5", "ninety", "36501"):
+            refused = run_cli("--data-dir", str(data), "serve", "--port", "0", "--audit-retention-days", bad)
+            assert refused.returncode == 2, (bad, refused)
+            assert "--audit-retention-days" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+        proc = start_host_process(data, "--audit-retention-days", "30")
+        try:
+            async with open_client(proc.url, proc.token, client_id="outsider", client_kind="ui") as c:
+                assert (await c.call("host.status", {}))["boot"]["retention"]["auditPruned"] == 2
+                assert [e["payload"]["n"] for e in await _all_audit(c, sessionId=sid)] == ["age-1", "age-29"]
+        finally:
+            proc.kill9()
 
 
 # ------------------------------------------------------------------------------------------ §8 task_runs
