@@ -12,7 +12,21 @@ from typing import Any
 from runtime.client import HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, msg, start_host_process
 
-__all__ = ["client", "code_of", "data_dir", "error_of", "real_host", "say", "shared_host"]
+__all__ = ["all_pages", "client", "code_of", "data_dir", "error_of", "real_host", "say", "shared_host"]
+
+
+async def all_pages(c: HostClient, method: str, key: str, params: dict[str, Any] | None = None, *,
+                    limit: int = 200) -> list[dict[str, Any]]:
+    """Every row of a paged list method (``notifications.list`` → ``notifications``, ``audit.list`` →
+    ``entries``): its pages in order, each asked with the same filter and the previous page's ``nextCursor``."""
+    rows: list[dict[str, Any]] = []
+    ask: dict[str, Any] = {"limit": limit, **(params or {})}
+    while True:
+        page = await c.call(method, ask)
+        rows += page[key]
+        if not page.get("nextCursor"):
+            return rows
+        ask = {"limit": limit, **(params or {}), "cursor": page["nextCursor"]}
 
 
 def data_dir(tmp_path: Path) -> Path:

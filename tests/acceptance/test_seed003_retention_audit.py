@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, data_dir, real_host, say
+from tests.acceptance.outsiderkit import all_pages, code_of, data_dir, real_host, say
 from tests.hostkit import run_cli, start_host_process
 
 DAY_MS = 86_400_000
@@ -35,28 +35,36 @@ async def _now(c: HostClient) -> int:
 
 
 async def _all_audit(c: HostClient, **filters: Any) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"limit": 500, **filters}
-    while True:
-        page = await c.call("audit.list", params)
-        out += page["entries"]
-        if not page.get("nextCursor"):
-            return out
-        params = {"limit": 500, **filters, "cursor": page["nextCursor"]}
+    return await all_pages(c, "audit.list", "entries", filters, limit=500)
 
 
 async def _all_notifications(c: HostClient) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"limit": 200}
-    while True:
-        page = await c.call("notifications.list", params)
-        out += page["notifications"]
-        if not page.get("nextCursor"):
-            return out
-        params = {"limit": 200, "cursor": page["nextCursor"]}
+    return await all_pages(c, "notifications.list", "notifications")
 
 
 # ------------------------------------------------------------------------------------------ §8 audit_log
+
+
+async def _audited_session(data: Path) -> tuple[str, int]:
+    """A session created on a host of ``data`` (then killed), and the host's clock at its start (Unix ms)."""
+    async with real_host(data) as (_proc, c):
+        sid: str = (await c.call("session.create", {"title": "audited"}))["id"]
+        return sid, await _now(c)
+
+
+def _add_audit(data: Path, rows: list[tuple[int, str, str | None, dict[str, Any]]]) -> int:
+    """Write audit rows ``(ts, kind, session_id, payload)`` into the stopped host's database, as an older
+    install left them; the number of audit rows it then holds."""
+    conn = _db(data)
+    try:
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # INCREMENTAL: the vacuum has pages to free
+        conn.executemany("INSERT INTO audit_log (ts, kind, session_id, payload_json) VALUES (?, ?, ?, ?)",
+                         [(ts, kind, sid, json.dumps(payload)) for ts, kind, sid, payload in rows])
+        conn.commit()
+        held: int = conn.execute("SELECT count(*) FROM audit_log").fetchone()[0]
+        return held
+    finally:
+        conn.close()
 
 async def test_audit_rows_older_than_90_days_left_in_the_database_are_pruned_at_boot_and_their_pages_given_back(
         tmp_path: Path) -> None:
@@ -67,23 +75,10 @@ async def test_audit_rows_older_than_90_days_left_in_the_database_are_pruned_at_
     are returned to the file; the boot after prunes nothing more."""
     data = data_dir(tmp_path)
     with trio.fail_after(90):
-        async with real_host(data) as (_proc, c):
-            sid = (await c.call("session.create", {"title": "audited"}))["id"]
-            now = await _now(c)
-        conn = _db(data)
-        try:
-            assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # INCREMENTAL: the vacuum has pages to free
-            for i in range(40):
-                conn.execute("INSERT INTO audit_log (ts, kind, session_id, payload_json) VALUES (?, ?, ?, ?)",
-                             (now - (91 + i) * DAY_MS, "tool_execute", sid if i % 2 else None,
-                              json.dumps({"n": f"old-{i}", "pad": "p" * 4000})))
-            for i in range(3):
-                conn.execute("INSERT INTO audit_log (ts, kind, session_id, payload_json) VALUES (?, ?, ?, ?)",
-                             (now - 89 * DAY_MS + i, "tool_denied", sid, json.dumps({"n": f"recent-{i}"})))
-            conn.commit()
-            before = conn.execute("SELECT count(*) FROM audit_log").fetchone()[0]
-        finally:
-            conn.close()
+        sid, now = await _audited_session(data)
+        before = _add_audit(data, [(now - (91 + i) * DAY_MS, "tool_execute", sid if i % 2 else None,
+                                    {"n": f"old-{i}", "pad": "p" * 4000}) for i in range(40)]
+                            + [(now - 89 * DAY_MS + i, "tool_denied", sid, {"n": f"recent-{i}"}) for i in range(3)])
         async with real_host(data) as (_proc, c):
             assert (await c.call("host.status", {}))["boot"]["retention"]["auditPruned"] == 40
             mine = await _all_audit(c, sessionId=sid)
@@ -109,17 +104,8 @@ async def test_the_audit_retention_is_configurable_on_serve_and_a_bad_value_is_r
     2, one line naming the flag), the data directory untouched."""
     data = data_dir(tmp_path)
     with trio.fail_after(90):
-        async with real_host(data) as (_proc, c):
-            sid = (await c.call("session.create", {"title": "audited"}))["id"]
-            now = await _now(c)
-        conn = _db(data)
-        try:
-            for i, age in enumerate((31, 45, 29, 1)):
-                conn.execute("INSERT INTO audit_log (ts, kind, session_id, payload_json) VALUES (?, ?, ?, ?)",
-                             (now - age * DAY_MS, "tool_denied", sid, json.dumps({"n": f"age-{age}", "i": i})))
-            conn.commit()
-        finally:
-            conn.close()
+        sid, now = await _audited_session(data)
+        _add_audit(data, [(now - age * DAY_MS, "tool_denied", sid, {"n": f"age-{age}"}) for age in (31, 45, 29, 1)])
         for bad in ("0", "-3", "1.5", "ninety", "36501"):
             refused = run_cli("--data-dir", str(data), "serve", "--port", "0", "--audit-retention-days", bad)
             assert refused.returncode == 2, (bad, refused)

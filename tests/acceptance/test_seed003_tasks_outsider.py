@@ -24,7 +24,7 @@ import pytest
 import trio
 
 from runtime.client import ClientClosed, HostClient, RpcError
-from tests.acceptance.outsiderkit import client, code_of, data_dir, real_host, shared_host
+from tests.acceptance.outsiderkit import all_pages, client, code_of, data_dir, real_host, shared_host
 from tests.hostkit import HostProcess, boot_killed_at, call_killed_at, start_host_process
 from tests.httpkit import FakeProvider, Reply
 
@@ -70,14 +70,7 @@ async def killed_during(data: Path, spec: str, calls: list[tuple[str, dict[str, 
 
 
 async def all_notifications(c: HostClient) -> list[dict[str, Any]]:
-    seen: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"limit": 200}
-    while True:
-        page = await c.call("notifications.list", params)
-        seen += page["notifications"]
-        if not page.get("nextCursor"):
-            return seen
-        params = {"limit": 200, "cursor": page["nextCursor"]}
+    return await all_pages(c, "notifications.list", "notifications")
 
 
 # ------------------------------------------------------------------------------- §4.11 scheduled tasks

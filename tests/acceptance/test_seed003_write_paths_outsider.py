@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from runtime.client import ClientClosed, HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, say
+from tests.acceptance.outsiderkit import all_pages, code_of, say
 from tests.acceptance.outsiderkit import real_host as outsider_host
 from tests.hostkit import HostProcess, client_for, inprocess_host, msg, start_host_process
 
@@ -590,15 +590,8 @@ async def test_the_newest_200_notifications_survive_a_kill_with_their_title_snap
                                                  "status": "error" if i % 3 else "completed"})
             proc.kill9()
         async with real_host(data) as (proc, c):
-            seen: list[dict[str, Any]] = []
-            params: dict[str, Any] = {"limit": 64}
-            while True:
-                page = await c.call("notifications.list", params)
-                seen += page["notifications"]
-                if not page.get("nextCursor"):
-                    break
-                params = {"limit": 64, "cursor": page["nextCursor"]}
-            assert page["unreadCount"] == 200
+            seen = await all_pages(c, "notifications.list", "notifications", limit=64)
+            assert (await c.call("notifications.list", {"limit": 1}))["unreadCount"] == 200
             assert sorted(n["turnId"] for n in seen) == [f"t{i:03d}" for i in range(5, 205)]
             titles = {n["turnId"]: n["sessionTitle"] for n in seen}
             assert titles["t098"] == "before" and titles["t100"] == "after ✓" and titles["t099"] == "other"
