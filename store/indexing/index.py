@@ -942,13 +942,14 @@ def position_of(conn: sqlite3.Connection, session_id: str, message_id: str) -> i
 def compaction_rows(conn: sqlite3.Connection, session_id: str) -> list[tuple[str, str | None, int, int]]:
     """Compactions whose ``throughMessageId`` anchor still exists, oldest first: one per id, its newest
     line at its first line's place (the reader rule; an import writes a checkpoint's line again when it
-    shows it again)."""
+    shows it again). A line without an anchor has none that exists: dropped, as every other read
+    (:func:`store.compaction.still_valid`) drops it."""
     return conn.execute(
         "SELECT c.id, c.through_message_id, c.line_offset, c.line_len FROM compactions c "
         "JOIN (SELECT id, MIN(line_offset) AS first, MAX(line_offset) AS last FROM compactions "
         "WHERE session_id = ? GROUP BY id) g ON g.id = c.id AND g.last = c.line_offset "
-        "WHERE c.session_id = ? AND (c.through_message_id IS NULL OR EXISTS "
-        "(SELECT 1 FROM messages m WHERE m.session_id = c.session_id AND m.id = c.through_message_id)) "
+        "WHERE c.session_id = ? AND EXISTS "
+        "(SELECT 1 FROM messages m WHERE m.session_id = c.session_id AND m.id = c.through_message_id) "
         "ORDER BY g.first",
         (session_id, session_id),
     ).fetchall()

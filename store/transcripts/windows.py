@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from store import approvals, attachments, session_state, thread_meta
+from store.compaction import still_valid
 from store.errors import PayloadTooLarge, StoreError
 from store.indexing import index
 from store.indexing.backlog import CATCH_UP_STEP_BYTES
@@ -401,9 +402,9 @@ def read_file_window(path: Path, req: WindowRequest, session: Mapping[str, Any],
     ids = set(t.positions) if t is not None else set()
     newest = {c.id: c for c in (t.compactions if t is not None else [])}  # one per id, its newest line
     comps = [newest.pop(c.id) for c in (t.compactions if t is not None else []) if c.id in newest]
-    comps = [c for c in comps
-             if (c.record.get("throughMessageId") is None or c.record.get("throughMessageId") in ids)
-             and c.id not in deleted]  # a checkpoint a tombstone hides is not served (index.set_deleted)
+    # an anchorless line has no anchor that exists; a checkpoint a tombstone hides is not served
+    # (index.set_deleted)
+    comps = [c for c in comps if still_valid(c.record, ids) and c.id not in deleted]
     if req.max_bytes is not None:
         every = rows
         rows = fit_rows(w, req, sum(c.length for c in comps),
