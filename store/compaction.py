@@ -218,20 +218,27 @@ def normalize_compaction(
 
 
 def normalize_on_read(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored record as readers return it: a legacy tail reduced to its latest user message.
+    """A stored record as readers return it: a legacy tail reduced to its latest user message, and a
+    tail over the bound its mode names (a line the append rules never saw: another program's) read
+    within it — a completed turn's empty, an active turn's at most its latest user message.
 
     Never raises: a stored record is shown as well as it can be, not refused.
     """
     out = dict(record)
     details = out.get("details")
     details = dict(details) if isinstance(details, Mapping) else {}
-    tail = out.get("retainedTail")
-    tail = list(tail) if isinstance(tail, list) else []
-    if details.get("retainedTailMode") not in TAIL_MODES:
+    raw = out.get("retainedTail")
+    tail = list(raw) if isinstance(raw, list) else []
+    mode = details.get("retainedTailMode")
+    if mode not in TAIL_MODES:
         tail = _latest_user(tail)
         details["retainedTailMode"] = "active_turn" if tail else "completed_turn"
         out["retainedTail"] = tail
         out["details"] = details
+    elif mode == "completed_turn" and tail:
+        out["retainedTail"] = []
+    elif mode == "active_turn" and tail and (len(tail) > 1 or _latest_user(tail) != tail):
+        out["retainedTail"] = _latest_user(tail)
     return out
 
 

@@ -354,3 +354,38 @@ async def test_a_record_without_an_anchor_is_served_by_no_read(tmp_path: Path) -
             child = (await c.call("session.fork", {"sessionId": sid}))["id"]
             assert await _summaries(c, child) == ["summary c1"]
 
+
+async def test_a_stored_tail_is_read_within_the_bound_its_mode_names(tmp_path: Path) -> None:
+    """"retainedTail holds at most the latest user message for an active turn; a completed-turn checkpoint
+    has an empty tail. The details.retainedTailMode value preserves that boundary". The append refuses a
+    tail over that bound, but a line already in the file (another program's, a damaged build's) was served
+    as written: session.get showed a completed-turn checkpoint with a tail, and session.context replayed
+    the whole tail, assistant reply included, after the summary. A reader holds the bound the mode names:
+    a completed-turn tail reads empty, an active-turn tail reads as its latest user message."""
+    root = data_dir(tmp_path)
+    async with real_host(root) as (_, c):
+        sid = (await c.call("session.create", {}))["id"]
+        await _exchange(c, sid, 1)
+        await _exchange(c, sid, 2)
+    tail = [{"id": "u1", "role": "user", "blocks": [{"type": "text", "text": "question 1"}]},
+            {"id": "a1", "role": "assistant", "blocks": [{"type": "text", "text": "answer 1"}]}]
+    path = root / "sessions" / f"{sid}.jsonl"
+    with path.open("ab") as f:
+        for cid, mode in (("done", "completed_turn"), ("active", "active_turn")):
+            rec = {"type": "compaction", "id": cid, "summary": f"summary {cid}", "throughMessageId": "a2",
+                   "tokensBefore": 1, "retainedTail": tail, "createdAt": "2026-12-01T00:00:00.000Z",
+                   "details": {"retainedTailMode": mode, "generation": 4}}
+            f.write(json.dumps(rec, separators=(",", ":")).encode() + b"\n")
+    async with real_host(root) as (_, c):
+        for view in (await _full(c, sid), await c.call("session.get", {"sessionId": sid, "messageLimit": 1})):
+            done, active = view["compactions"]
+            assert done["retainedTail"] == [] and done["details"] == {"retainedTailMode": "completed_turn",
+                                                                        "generation": 4}
+            assert [m["id"] for m in active["retainedTail"]] == ["u1"]
+            assert active["details"] == {"retainedTailMode": "active_turn", "generation": 4}
+        ctx = await c.call("session.context", {"sessionId": sid})
+        assert ctx["compaction"]["id"] == "active"
+        assert [m["id"] for m in ctx["messages"]] == ["active", "u1"]
+        assert [m["id"] for m in ctx["compaction"]["retainedTail"]] == ["u1"]
+        child = (await c.call("session.fork", {"sessionId": sid}))["id"]
+        assert [len(x["retainedTail"]) for x in (await _full(c, child))["compactions"]] == [0, 1]
