@@ -88,7 +88,7 @@ async def test_a_rewrite_that_removes_a_middle_anchor_drops_that_checkpoint_only
         after = await _full(c, sid)
         assert after["messages"] == before["messages"]
         assert after["compactions"] == before["compactions"]
-        assert (await c.call("session.context", {"sessionId": sid}))["compaction"]["id"] == "c3"
+        assert await c.call("session.context", {"sessionId": sid}) == ctx  # reproduced after a restart
         assert await _summaries(c, child) == ["summary c1", "summary c3"]
 
 
@@ -389,3 +389,38 @@ async def test_a_stored_tail_is_read_within_the_bound_its_mode_names(tmp_path: P
         assert [m["id"] for m in ctx["compaction"]["retainedTail"]] == ["u1"]
         child = (await c.call("session.fork", {"sessionId": sid}))["id"]
         assert [len(x["retainedTail"]) for x in (await _full(c, child))["compactions"]] == [0, 1]
+
+
+async def test_a_retained_message_over_the_limit_is_stored_marked_and_the_transcript_keeps_it_whole(
+        tmp_path: Path) -> None:
+    """"If the active message crossed the retention limit it is stored in marked, truncated form; the
+    original message lines stay complete and authoritative": the checkpoint's copy is cut and marked
+    (block ``truncated`` / ``fullLength``, ``meta.retainedTruncated``), the message line is whole, and both
+    read back so after a restart, where session.context reproduces the summary and the retained copy."""
+    text = "\u00e9" + "long prompt " * 7_000
+    root = data_dir(tmp_path)
+    async with real_host(root) as (_, c):
+        sid = (await c.call("session.create", {}))["id"]
+        await _exchange(c, sid, 1)
+        await say(c, sid, "u2", text)
+        stored = await _checkpoint(c, sid, "c1", "u2", retainedTail=[msg("u2", text)],
+                                   details={"retainedTailMode": "active_turn", "generation": 1})
+        ctx_before = await c.call("session.context", {"sessionId": sid})
+
+    def marked(cp: dict[str, Any]) -> None:
+        (kept,) = cp["retainedTail"]
+        (block,) = kept["blocks"]
+        assert kept["id"] == "u2" and kept["meta"]["retainedTruncated"] is True
+        assert block["truncated"] is True and block["fullLength"] == len(text)
+        assert text.startswith(block["text"]) and len(block["text"]) < len(text)
+
+    marked(stored)
+    async with real_host(root) as (_, c):
+        view = await _full(c, sid)
+        marked(view["compactions"][0])
+        assert view["messages"][-1]["blocks"] == [{"type": "text", "text": text}]
+        ctx = await c.call("session.context", {"sessionId": sid})
+        assert ctx == ctx_before
+        assert [m["id"] for m in ctx["messages"]] == ["c1", "u2"]
+        assert text.startswith(ctx["messages"][1]["blocks"][0]["text"])
+        assert len(ctx["messages"][1]["blocks"][0]["text"]) < len(text)
