@@ -137,7 +137,8 @@ async def test_records_without_their_anchor_in_the_file_are_dropped_per_record(t
 async def test_regenerate_and_switching_back_serve_only_anchored_checkpoints(tmp_path: Path) -> None:
     """A regenerate cuts a2 (and what came after it) out of the transcript: c2 (a2) and c3 (u3) go, c1
     stays and is the active one. A new reply and a switch back to the archived branch never serve a
-    checkpoint whose anchor the live transcript lacks; c1 stays through all of it and a restart."""
+    checkpoint whose anchor the live transcript lacks; the switch back restores c2 and c3 with their
+    anchors, oldest first; c1 stays through all of it and a restart."""
     root = data_dir(tmp_path)
     async with real_host(root) as (_, c):
         sid = (await c.call("session.create", {}))["id"]
@@ -162,9 +163,10 @@ async def test_regenerate_and_switching_back_serve_only_anchored_checkpoints(tmp
         back = await _full(c, sid)
         assert "a2" in [m["id"] for m in back["messages"]]
         _anchored(back)
-        assert [x["id"] for x in back["compactions"]][0] == "c1"
-        ctx = await c.call("session.context", {"sessionId": sid})
-        assert ctx["compaction"]["id"] == back["compactions"][-1]["id"]
+        # the branch brings back the checkpoints anchored in it (docs/DESIGN.md: a revision line carries
+        # them), in their order
+        assert [x["id"] for x in back["compactions"]] == ["c1", "c2", "c3"]
+        assert (await c.call("session.context", {"sessionId": sid}))["compaction"]["id"] == "c3"
     async with real_host(root) as (_, c):
         again = await _full(c, sid)
         assert again["compactions"] == back["compactions"]
@@ -191,6 +193,9 @@ async def test_a_tombstoned_anchor_still_exists_so_its_checkpoint_stays(tmp_path
         child = (await c.call("session.fork", {"sessionId": sid}))["id"]
         assert await _summaries(c, child) == ["summary c1", "summary c2"]
     async with real_host(root) as (_, c):
+        assert await _checkpoints(c, sid) == ["c1", "c2"]
+        await say(c, sid, "u3", "question 3")
+        await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "u3"})  # a rewrite keeps it
         assert await _checkpoints(c, sid) == ["c1", "c2"]
         await c.call("session.restoreMessage", {"sessionId": sid, "messageId": "a2"})
         assert await _checkpoints(c, sid) == ["c1", "c2"]
