@@ -285,8 +285,10 @@ async def test_a_legacy_record_in_an_older_builds_directory_reads_as_its_latest_
     """An older build's data directory (a recorded fixture) with, beside its own checkpoint, one in the
     layout of seed 003 §2.1's example line: no details, a retainedTail of several messages. Booted on
     by this build it reads back with its latest user message only and retainedTailMode active_turn, on
-    session.get (before and after a restart), in session.context and in a fork; its other keys and the
-    older build's own checkpoint are untouched, oldest first; its message lines stay complete."""
+    session.get (before and after a restart), in a fork and after a regenerate and a switch back carried
+    it through the revisions file; its other keys and the older build's own checkpoint are untouched,
+    oldest first; its message lines stay complete. A second legacy record whose tail holds no user
+    message reads empty, a completed turn, keeping its other details (and is the active one)."""
     with trio.fail_after(10):
         root = await trio.to_thread.run_sync(_older_build, tmp_path)
     path = root / "sessions" / "up_gamma.jsonl"
@@ -300,8 +302,12 @@ async def test_a_legacy_record_in_an_older_builds_directory_reads_as_its_latest_
               "firstKeptMessageId": "gamma-u2", "throughMessageId": "gamma-a3", "tokensBefore": 917000,
               "retainedTail": tail, "providerId": "p-legacy", "modelId": "m-legacy",
               "createdAt": "2026-12-04T16:51:21.000Z"}
+    no_user = {"type": "compaction", "id": "gamma-legacy-2", "summary": "no user in its tail",
+               "throughMessageId": "gamma-a3", "tokensBefore": 1, "retainedTail": [tail[3]],
+               "details": {"generation": 2, "family": "f\u00e9"}}
     with path.open("ab") as f:
-        f.write(json.dumps(legacy, separators=(",", ":")).encode() + b"\n")
+        for rec in (legacy, no_user):
+            f.write(json.dumps(rec, separators=(",", ":")).encode() + b"\n")
 
     def normalized(cp: dict[str, Any]) -> None:
         assert [m["id"] for m in cp["retainedTail"]] == ["gamma-u3"]
@@ -312,21 +318,34 @@ async def test_a_legacy_record_in_an_older_builds_directory_reads_as_its_latest_
 
     async with real_host(root) as (_, c):
         view = await _full(c, "up_gamma")
-        assert [x["id"] for x in view["compactions"]] == ["gamma-c1", "gamma-legacy"]
+        assert [x["id"] for x in view["compactions"]] == ["gamma-c1", "gamma-legacy", "gamma-legacy-2"]
         normalized(view["compactions"][1])
+        # a legacy tail with no user message reads empty, a completed turn; its other details stay
+        assert view["compactions"][2]["retainedTail"] == []
+        assert view["compactions"][2]["details"] == {"generation": 2, "family": "f\u00e9",
+                                                      "retainedTailMode": "completed_turn"}
         assert [m["id"] for m in view["messages"]][-2:] == ["gamma-u3", "gamma-a3"]
         ctx = await c.call("session.context", {"sessionId": "up_gamma"})
-        assert ctx["compaction"]["id"] == "gamma-legacy"
-        normalized(ctx["compaction"])
+        assert ctx["compaction"]["id"] == "gamma-legacy-2"
+        assert [m["id"] for m in ctx["messages"]] == ["gamma-legacy-2"]
+        await c.call("session.truncateFrom", {"sessionId": "up_gamma", "messageId": "gamma-a3",
+                                              "mode": "regenerate"})  # drops the two legacy records
+        assert await _checkpoints(c, "up_gamma") == ["gamma-c1"]
+        await c.call("session.activateRevision", {"sessionId": "up_gamma", "rootUserId": "gamma-u3",
+                                                  "revisionIndex": 1})
+        view = await _full(c, "up_gamma")
+        assert [x["id"] for x in view["compactions"]] == ["gamma-c1", "gamma-legacy", "gamma-legacy-2"]
+        normalized(view["compactions"][1])
         child = (await c.call("session.fork", {"sessionId": "up_gamma"}))["id"]
         got = (await _full(c, child))["compactions"]
-        assert [x["summary"] for x in got] == ["gamma summary so far", "legacy summary"]
+        assert [x["summary"] for x in got] == ["gamma summary so far", "legacy summary", "no user in its tail"]
         assert len(got[1]["retainedTail"]) == 1 and got[1]["details"]["retainedTailMode"] == "active_turn"
         assert got[1]["retainedTail"][0]["blocks"] == tail[2]["blocks"]
     async with real_host(root) as (_, c):
         view = await _full(c, "up_gamma")
-        assert [x["id"] for x in view["compactions"]] == ["gamma-c1", "gamma-legacy"]
+        assert [x["id"] for x in view["compactions"]] == ["gamma-c1", "gamma-legacy", "gamma-legacy-2"]
         normalized(view["compactions"][1])
+        assert view["compactions"][2]["retainedTail"] == []
 
 
 async def test_a_record_without_an_anchor_is_served_by_no_read(tmp_path: Path) -> None:
