@@ -16,7 +16,8 @@ validated against its protocol model.
 - a row recovery promoted takes one final and is settled after it; session.recoverInflight promotes the newer
   checkpoint the same way; one JSON-RPC batch of snapshots answers as the calls one by one would;
 - a remapped id is what the transcript file holds, once, and the original spelling never reaches that file
-  (also for a reservation recovery settles, and for the same fresh ids raced into two sessions);
+  (also for a reservation recovery settles, after the owner session is deleted, and for the same fresh ids
+  raced into two sessions);
 - ``meta.steering`` round-trips as ``UiMessage.steering``, after a restart and after the index is lost.
 
 Where the seed is loose the answers follow protocol/README.md ("A streaming snapshot of an id already stored
@@ -603,3 +604,44 @@ async def test_a_final_killed_right_after_its_line_is_durable_wins_over_the_chec
                 again = await append(c, sid, final)
                 assert again["replayed"] is True and again["message"]["seq"] == reserved["message"]["seq"]
                 proc.kill9()
+
+
+async def test_a_remapped_reservation_keeps_its_spelling_after_the_owner_session_is_deleted(tmp_path: Path) -> None:
+    """protocol/README.md: every method "finds that spelling within its session, also after the other session's
+    row is gone". The owner of the bare id is deleted before (or after) the checkpoint under the bare id is
+    saved; SIGKILL: recovery settles the checkpoint into the remapped row, in place, not as a new bare row at
+    the end; the final under the bare id then replaces that same row, and a restart reads the same."""
+    for n, delete_first in enumerate((True, False)):
+        root = tmp_path / f"data{n}"
+        root.mkdir()
+        with trio.fail_after(90):
+            async with real_host(root, kind="agent") as (proc, c):
+                owner = (await c.call("session.create", {}))["id"]
+                await append(c, owner, msg("shared-r", "owner's reply", role="assistant"))
+                sid = (await c.call("session.create", {}))["id"]
+                await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+                await append(c, sid, msg("u1", "ask", turnId="t1"))
+                reserved = await append(c, sid, streaming("shared-r", "provisional", "t1"))
+                assert reserved["message"]["id"] == f"{sid}:shared-r"
+                await append(c, sid, msg("s1", "steer", meta={"steering": True}))
+                if delete_first:
+                    await c.call("session.delete", {"sessionId": owner})
+                saved = await checkpoint(c, sid, "t1", streaming("shared-r", "checkpoint emu", "t1"))
+                assert saved["saved"] is True
+                if not delete_first:
+                    await c.call("session.delete", {"sessionId": owner})
+                proc.kill9()
+            async with real_host(root, kind="agent") as (proc, c):
+                view = await full(c, sid)
+                assert [(m["id"], m["blocks"][0]["text"]) for m in view["messages"]] == [
+                    ("u1", "ask"), (f"{sid}:shared-r", "checkpoint emu"), ("s1", "steer")], delete_first
+                assert view["messages"][1]["seq"] == reserved["message"]["seq"]
+                final = await append(c, sid, msg("shared-r", "final emu", role="assistant", turnId="t1",
+                                                 meta={"status": "completed"}))
+                assert final["message"]["id"] == f"{sid}:shared-r" and final["replayed"] is False
+                assert final["message"]["seq"] == reserved["message"]["seq"]
+                proc.kill9()
+            async with real_host(root, kind="agent") as (proc, c):
+                assert [(m["id"], m["blocks"][0]["text"]) for m in (await full(c, sid))["messages"]] == [
+                    ("u1", "ask"), (f"{sid}:shared-r", "final emu"), ("s1", "steer")]
+            assert b'"id":"shared-r"' not in (root / "sessions" / f"{sid}.jsonl").read_bytes()
