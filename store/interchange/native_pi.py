@@ -355,7 +355,7 @@ def _fallbacks(branch: list[tuple[dict[str, Any], bytes]], parent_entries: Itera
                title: str | None, now_iso: str) -> list[dict[str, Any]]:
     """Entries appended to the child: its title, and the parent's saved model/thinking level if the branch
     does not set them itself."""
-    kinds = {rec.get("type") for rec, _ in branch}
+    kinds = {kind for rec, _ in branch if isinstance(kind := rec.get("type"), str)}
     has_model = "model_change" in kinds or any(
         rec.get("type") == "message" and isinstance(rec.get("message"), Mapping)
         and rec["message"].get("role") == "assistant" for rec, _ in branch)

@@ -477,7 +477,10 @@ class PiConverter:
 
     # ------------------------------------------------------------------ entries
     def entry(self, rec: Mapping[str, Any], key: str, length: int) -> None:
-        kind = rec.get("type")
+        raw_kind = rec.get("type")
+        # pi writes a string; a damaged or hand-edited file may hold any JSON value (an array or object
+        # is unhashable: read as an unknown entry, never an error that hides the whole session)
+        kind = raw_kind if isinstance(raw_kind, str) else "<no type>"
         ts = to_ms(rec.get("timestamp"))
         self.meta.saw_time(ts)
         if key in (self.branch.first_kept if self.branch else ()):

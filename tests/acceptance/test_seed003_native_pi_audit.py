@@ -1,0 +1,335 @@
+"""An outsider's audit of seed 003 §12 (native pi session authority, ADR 0254), black-box against real
+``pi-host serve --native-pi-root DIR`` processes, on recorded pi v3 files (``tests/fixtures/recorded/pi``)
+and the shared pi samples. What the other native tests (``tests/native_pi``, the §12 part of
+``test_seed003_tail_outsider.py``) leave loose:
+
+* every method of the published schema that takes a ``sessionId``, except ``session.get``/``fork``/
+  ``export``, refuses a native id with ``UNSUPPORTED_FOR_NATIVE_SESSION`` and changes nothing (README §3:
+  "every other method refuses one");
+* list, get, fork and a restart leave no row naming a native session in any table and no file in the
+  data directory's ``sessions/`` (§12: "never inserted into SQLite and never copied");
+* a damaged pi file (an entry whose ``type`` is not a string, a header that is not one, a format pi never
+  wrote) never makes ``session.list`` or ``session.get`` fail ``INTERNAL``: it is left out or read as far
+  as it can be (README §9), and the good sessions beside it are still listed;
+* a fork into a read-only directory is a clear error and leaves no file behind; a foreign file under a
+  keyed fork's child name is never answered or removed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import HostClient, open_client
+from tests.acceptance.outsiderkit import code_of, data_dir, error_of
+from tests.hostkit import HostProcess, start_host_process
+from tests.samplekit import REPO, samples_dir
+
+RECORDED = REPO / "tests" / "fixtures" / "recorded" / "pi" / "0.73.1" / "sessions"
+SCHEMA = REPO / "protocol" / "schema.json"
+NATIVE_METHODS = {"session.get", "session.fork", "session.export"}
+
+
+def pi_files() -> list[Path]:
+    """The recorded pi 0.73.1 sessions and the shared pi samples (real files; never invented here)."""
+    return sorted(RECORDED.rglob("*.jsonl")) + sorted((samples_dir() / "pi").glob("*.jsonl"))
+
+
+def make_root(tmp_path: Path) -> Path:
+    """A pi session root holding copies of every real pi file, as pi names them, in one project folder."""
+    root = tmp_path / "pi"
+    project = root / "--work-demo--"
+    project.mkdir(parents=True)
+    for i, src in enumerate(pi_files()):
+        pi_named = "_" in src.name and src.name[:4].isdigit()
+        name = src.name if pi_named else f"2026-06-0{i % 9 + 1}T10-00-00-000Z_{src.stem}.jsonl"
+        shutil.copyfile(src, project / name)
+    return root
+
+
+def tree(root: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every file under ``root``: its bytes, mtime and inode."""
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@asynccontextmanager
+async def native_host(data: Path, pi_root: Path) -> AsyncIterator[tuple[HostProcess, HostClient]]:
+    proc = start_host_process(data, "--native-pi-root", str(pi_root))
+    try:
+        async with open_client(proc.url, proc.token, client_id="outsider", client_kind="ui") as c:
+            yield proc, c
+    finally:
+        proc.kill9()
+
+
+async def native_ids(c: HostClient) -> list[str]:
+    ids: list[str] = []
+    params: dict[str, Any] = {"limit": 200}
+    while True:
+        page = await c.call("session.list", params)
+        ids += [s["id"] for s in page["sessions"] if s.get("source") == "native-pi"]
+        if not page.get("nextCursor"):
+            return ids
+        params = {"limit": 200, "cursor": page["nextCursor"]}
+
+
+def rows_naming_native(data: Path, *, skip: tuple[str, ...] = ()) -> dict[str, int]:
+    """Per table, the rows of the host's database that mention a native id anywhere."""
+    conn = sqlite3.connect(data / "pi.sqlite")
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        out: dict[str, int] = {}
+        for table in tables:
+            if table in skip or table.startswith("sqlite_"):
+                continue
+            cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+            if not cols:
+                continue
+            where = " OR ".join(f'CAST("{col}" AS TEXT) LIKE \'%native-pi%\'' for col in cols)
+            found = conn.execute(f'SELECT COUNT(*) FROM "{table}" WHERE {where}').fetchone()[0]
+            if found:
+                out[table] = found
+        return out
+    finally:
+        conn.close()
+
+
+def host_session_count(data: Path) -> tuple[int, int]:
+    conn = sqlite3.connect(data / "pi.sqlite")
+    try:
+        return (conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0],
+                conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def session_methods() -> list[str]:
+    """Every method of the published schema whose params carry a ``sessionId``."""
+    schema = json.loads(SCHEMA.read_text())
+    defs = schema["$defs"]
+    out = []
+    for name, method in schema["methods"].items():
+        ref = method["params"].get("$ref", "").rsplit("/", 1)[-1]
+        if "sessionId" in defs.get(ref, {}).get("properties", {}):
+            out.append(name)
+    return sorted(out)
+
+
+# ------------------------------------------------------------------------------------ refusals
+
+
+async def test_every_other_session_method_refuses_a_native_id_and_changes_nothing(tmp_path: Path) -> None:
+    """README §3: a native id is accepted by ``session.get``, ``session.fork`` and ``session.export`` only;
+    "every other method refuses one with ``UNSUPPORTED_FOR_NATIVE_SESSION``" (§12: rename, delete, project
+    move, revision, Plan/Goal, collaboration and queue operations "remain unsupported"). Swept over every
+    method of ``protocol/schema.json`` with a ``sessionId``; the pi root, the database and ``sessions/`` are
+    unchanged afterwards."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    before = tree(pi_root)
+    methods = [m for m in session_methods() if m not in NATIVE_METHODS]
+    assert {"session.rename", "session.delete", "session.update", "session.saveActiveRevision",
+            "plans.submit", "collab.begin", "session.queuePush"} <= set(methods)
+    wrong: dict[str, Any] = {}
+    with trio.fail_after(120):
+        async with native_host(data, pi_root) as (proc, c):
+            target = (await native_ids(c))[0]
+            for method in methods:
+                code, info = await error_of(c, method, {"sessionId": target})
+                if code != "UNSUPPORTED_FOR_NATIVE_SESSION" or info.get("sessionId") != target:
+                    wrong[method] = code
+            assert target in await native_ids(c)
+            proc.kill9()
+    assert wrong == {}
+    assert tree(pi_root) == before
+    assert host_session_count(data) == (0, 0)
+    assert rows_naming_native(data) == {}
+    assert [p.name for p in (data / "sessions").iterdir()] == []
+
+
+# ------------------------------------------------------------------------------ never copied here
+
+
+async def test_list_get_fork_and_a_restart_leave_no_row_and_no_copy(tmp_path: Path) -> None:
+    """§12: native sessions "are never inserted into SQLite and never copied to the Desktop transcript
+    directory"; detail reads never modify the source (bytes, mtime, inode). Every recorded pi file is listed
+    and read whole; one is forked (keyed); the host restarts on the same data directory and lists the same
+    sessions plus the child. No table row names a native id (but the fork's receipt), ``sessions/`` stays
+    empty, and every source file is byte-, mtime- and inode-identical."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    before = tree(pi_root)
+    with trio.fail_after(120):
+        async with native_host(data, pi_root) as (proc, c):
+            ids = await native_ids(c)
+            assert len(ids) == len(before)
+            totals = {}
+            for sid in ids:
+                page = await c.call("session.get", {"sessionId": sid, "full": True})
+                assert page["session"]["id"] == sid and page["session"]["source"] == "native-pi"
+                totals[sid] = page["totalMessages"]
+                await c.call("session.export", {"sessionId": sid, "format": "jsonl"})
+            parent = next(s for s in ids if totals[s] > 1)
+            child = await c.call("session.fork", {"sessionId": parent, "title": "audit child",
+                                                  "submissionId": "audit-fork"})
+            assert child["source"] == "native-pi" and child["native"] == {"version": 3, "readOnly": True}
+            proc.terminate()
+        after_fork = tree(pi_root)
+        async with native_host(data, pi_root) as (proc, c):
+            assert sorted(await native_ids(c)) == sorted([*ids, child["id"]])
+            assert (await c.call("session.get", {"sessionId": child["id"], "full": True}))["totalMessages"] == \
+                totals[parent]
+            proc.kill9()
+    assert {k: v for k, v in after_fork.items() if k in before} == before
+    assert tree(pi_root) == after_fork
+    assert host_session_count(data) == (0, 0)
+    assert rows_naming_native(data, skip=("command_receipts",)) == {}
+    assert [p.name for p in (data / "sessions").iterdir()] == []
+
+
+# ------------------------------------------------------------------------------ what cannot be read
+
+
+def damaged_variants(src: Path) -> dict[str, bytes]:
+    """Damaged copies of a real pi v3 file, each named for what is wrong with it."""
+    lines = src.read_bytes().splitlines(keepends=True)
+    header = json.loads(lines[0])
+
+    def entry_with(index: int, **fields: Any) -> bytes:
+        rec = json.loads(lines[index])
+        rec.update(fields)
+        return b"".join([*lines[:index], json.dumps(rec).encode() + b"\n", *lines[index + 1:]])
+
+    def with_id(new_id: str, body: bytes) -> bytes:
+        return body.replace(header["id"].encode(), new_id.encode(), 1)
+
+    last = len(lines) - 1
+    return {
+        "type-list": with_id("dmg-type-list", entry_with(last, type=["message"])),
+        "type-object": with_id("dmg-type-object", entry_with(last, type={"k": "message"})),
+        "type-number-mid": with_id("dmg-type-number", entry_with(2, type=7)),
+        "message-not-object": with_id("dmg-message-str", entry_with(last, message="hello")),
+        "garbage-middle": with_id("dmg-garbage", b"".join([*lines[:2], b"\x00\xff not json {\n", *lines[2:]])),
+        "header-not-session": b'{"type":"message","id":"x"}\n' + b"".join(lines[1:]),
+        "future-version": with_id("dmg-v9", json.dumps({**header, "version": 9}).encode() + b"\n"
+                                  + b"".join(lines[1:])),
+        "binary": b"\x89PNG\r\n\x1a\n\x00\x00",
+        "empty": b"",
+    }
+
+
+async def test_a_damaged_native_file_never_fails_the_listing_or_a_read(tmp_path: Path) -> None:
+    """§12 / README §9: what the host cannot read is left out of ``session.list`` or read as far as it
+    can be, a clear error at worst, never ``INTERNAL``; the good sessions beside it are still listed and
+    read. Found by this audit: one entry whose ``type`` was a JSON array or object (pi never writes one;
+    a damaged or hand-edited file can) raised a ``TypeError`` in the pi reader, which failed every
+    ``session.list`` of the host with ``INTERNAL``, and a fork of such a file too."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    src = sorted(RECORDED.rglob("*.jsonl"))[0]
+    bad = pi_root / "--work-damaged--"
+    bad.mkdir()
+    for i, (name, body) in enumerate(sorted(damaged_variants(src).items())):
+        (bad / f"2026-05-{i + 10:02d}T10-00-00-000Z_{name}.jsonl").write_bytes(body)
+    before = tree(pi_root)
+    good = len(pi_files())
+    with trio.fail_after(120):
+        async with native_host(data, pi_root) as (proc, c):
+            ids = await native_ids(c)
+            assert len(ids) >= good
+            readable = {"native-pi:dmg-type-list", "native-pi:dmg-type-object", "native-pi:dmg-type-number",
+                        "native-pi:dmg-message-str", "native-pi:dmg-garbage"}
+            assert readable <= set(ids)  # one odd entry does not hide the session
+            codes: dict[str, str | None] = {}
+            for sid in ids:
+                codes[f"get {sid}"] = await code_of(c, "session.get", {"sessionId": sid, "full": True})
+                codes[f"fork {sid}"] = await code_of(c, "session.fork", {"sessionId": sid})
+            assert not {k: v for k, v in codes.items() if v is not None and (v == "INTERNAL" or k.startswith("get"))}
+            assert all(codes[f"get {sid}"] is None for sid in ids)
+            proc.kill9()
+    after = tree(pi_root)
+    assert {k: v for k, v in after.items() if k in before} == before  # only children were added
+    assert not [k for k in after if not k.endswith(".jsonl")]  # no staging file left
+
+
+# ------------------------------------------------------------------------------ forks that fail
+
+
+def _immutable(path: Path, on: bool) -> bool:
+    done = subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+async def test_a_fork_into_a_read_only_directory_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
+    """§12: a native fork publishes into the parent's directory; when that directory cannot be written
+    (here: immutable) the fork fails closed with a stable error code (not ``INTERNAL``), returns no child,
+    leaves no staging file and the parent untouched; once writable again the same fork succeeds."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    project = pi_root / "--work-demo--"
+    before = tree(pi_root)
+    if not _immutable(project, True):
+        pytest.skip("chattr +i is not available here")
+    try:
+        with trio.fail_after(120):
+            async with native_host(data, pi_root) as (proc, c):
+                parent = (await native_ids(c))[0]
+                code = await code_of(c, "session.fork", {"sessionId": parent, "submissionId": "ro-fork"})
+                assert code is not None and code != "INTERNAL"
+                assert tree(pi_root) == before
+                assert await native_ids(c) == await native_ids(c)
+                _immutable(project, False)
+                child = await c.call("session.fork", {"sessionId": parent, "submissionId": "ro-fork-2"})
+                assert child["id"] in await native_ids(c)
+                proc.kill9()
+    finally:
+        _immutable(project, False)
+    after = tree(pi_root)
+    assert {k: v for k, v in after.items() if k in before} == before
+    new = [k for k in after if k not in before]
+    assert len(new) == 1 and new[0].endswith(f"_{child['id'].removeprefix('native-pi:')}.jsonl")
+
+
+async def test_a_foreign_file_under_a_keyed_childs_name_is_never_answered_or_removed(tmp_path: Path) -> None:
+    """§12: "foreign files ... are never removed" and a fork answers only its own child. A keyed fork's
+    child is replaced by another pi session with the same header id (a foreign file under the child's
+    name); the same key, asked again of a host without the receipt (a fresh data directory, as after a
+    lost database), does not answer that file as its child, leaves it untouched and writes no staging
+    file."""
+    pi_root = make_root(tmp_path)
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    with trio.fail_after(120):
+        async with native_host(data_dir(tmp_path / "a"), pi_root) as (proc, c):
+            ids = await native_ids(c)
+            parent, other = ids[0], ids[1]
+            params = {"sessionId": parent, "title": "mine", "submissionId": "same-key"}
+            child = await c.call("session.fork", params)
+            proc.kill9()
+        cid = child["id"].removeprefix("native-pi:")
+        path = next(pi_root.rglob(f"*_{cid}.jsonl"))
+        # a foreign session under that name: the other session's lines under a header with the child's id
+        async with native_host(data_dir(tmp_path / "b"), pi_root) as (proc, c):
+            forked_other = await c.call("session.fork", {"sessionId": other, "title": "not mine"})
+            proc.kill9()
+        foreign_src = next(pi_root.rglob(f"*_{forked_other['id'].removeprefix('native-pi:')}.jsonl"))
+        foreign = foreign_src.read_bytes().replace(forked_other["id"].removeprefix("native-pi:").encode(),
+                                                   cid.encode(), 1)
+        foreign_src.unlink()
+        path.write_bytes(foreign)
+        before = tree(pi_root)
+        async with native_host(data_dir(tmp_path / "c"), pi_root) as (proc, c):
+            code = await code_of(c, "session.fork", params)
+            assert code not in (None, "INTERNAL")
+            proc.kill9()
+    assert tree(pi_root) == before
