@@ -92,6 +92,7 @@ from protocol.models import HelloParams, SubscribeParams, UnsubscribeParams
 from protocol.reply_budget import BatchRefused, batch_budgets, declared_bytes
 from store.errors import InvalidInput, StoreError
 from store.ids import validate_session_id
+from store.interchange.native_pi import is_native_id, unsupported_for_native
 from store.jsonio import IntegerOutOfRange, NestingTooDeep, loads_strict
 
 __all__ = ["GatewayConnection", "Counters", "close_transport"]
@@ -799,6 +800,8 @@ class GatewayConnection:
     def _subscribe(self, params: Any, after: list[Callable[[], None]]) -> dict[str, Any]:
         params = {} if params is None else params  # README §2: params left out count as {}
         if isinstance(params, dict) and params.get("sessionId") is not None:
+            if is_native_id(params["sessionId"]):  # README §3: a native pi session has no host events
+                raise unsupported_for_native("events.subscribe", params["sessionId"])
             validate_session_id(params["sessionId"])  # INVALID_ID before any other check
         request = SubscribeParams.model_validate(params)
         accept = self._plugin_scope(request.topics)

@@ -168,7 +168,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.SubscribeResult,
         "Receive 'event' notifications for topics, optionally resuming at a cursor. A plugin connection may "
         "subscribe to settings.changed only and hears its own plugin:<id> namespace (else PERMISSION_DENIED).",
-        _codes(_ANY, ("INVALID_ID", "CURSOR_EXPIRED", "LIMIT_EXCEEDED")),
+        _codes(_ANY, ("INVALID_ID", "CURSOR_EXPIRED", "LIMIT_EXCEEDED", "UNSUPPORTED_FOR_NATIVE_SESSION")),
     ),
     _spec(
         "events.unsubscribe",
