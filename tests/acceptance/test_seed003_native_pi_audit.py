@@ -18,6 +18,7 @@ and the shared pi samples. What the other native tests (``tests/native_pi``, the
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -192,6 +193,15 @@ async def test_list_get_fork_and_a_restart_leave_no_row_and_no_copy(tmp_path: Pa
             proc.kill9()
     assert {k: v for k, v in after_fork.items() if k in before} == before
     assert tree(pi_root) == after_fork
+    # exactly one child, named as pi names its sessions, beside its parent, a v3 header naming the parent
+    new = [k for k in after_fork if k not in before]
+    cid = child["id"].removeprefix("native-pi:")
+    assert len(new) == 1 and re.fullmatch(rf"--work-demo--/\d{{4}}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{{3}}Z_{cid}\.jsonl",
+                                          new[0]), new
+    header = json.loads(after_fork[new[0]][0].split(b"\n", 1)[0])
+    assert (header["type"], header["version"], header["id"]) == ("session", 3, cid)
+    assert Path(header["parentSession"]).parent == (pi_root / "--work-demo--").resolve()
+    assert header["parentSession"] in {str((pi_root / k).resolve()) for k in before}
     assert host_session_count(data) == (0, 0)
     assert rows_naming_native(data, skip=("command_receipts",)) == {}
     assert [p.name for p in (data / "sessions").iterdir()] == []
@@ -285,7 +295,8 @@ async def test_a_fork_into_a_read_only_directory_is_a_clear_error_and_leaves_not
             async with native_host(data, pi_root) as (proc, c):
                 parent = (await native_ids(c))[0]
                 code = await code_of(c, "session.fork", {"sessionId": parent, "submissionId": "ro-fork"})
-                assert code is not None and code != "INTERNAL"
+                # EPERM of an immutable directory (EACCES of one without write permission: PERMISSION_DENIED)
+                assert code in ("IO_ERROR", "PERMISSION_DENIED"), code
                 assert tree(pi_root) == before
                 assert await native_ids(c) == await native_ids(c)
                 _immutable(project, False)
@@ -330,6 +341,6 @@ async def test_a_foreign_file_under_a_keyed_childs_name_is_never_answered_or_rem
         before = tree(pi_root)
         async with native_host(data_dir(tmp_path / "c"), pi_root) as (proc, c):
             code = await code_of(c, "session.fork", params)
-            assert code not in (None, "INTERNAL")
+            assert code == "IDEMPOTENCY_CONFLICT", code  # README §4: the key is another fork's
             proc.kill9()
     assert tree(pi_root) == before
