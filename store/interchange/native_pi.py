@@ -389,8 +389,15 @@ def child_bytes(snap: Snapshot, *, child_id: str, now_ms: int, leaf_id: str | No
     """The whole child file, built in memory from the parent snapshot (the parent is not touched)."""
     parent_header, branch = _branch_lines(snap, leaf_id, limits)
     now_iso = now_rfc3339(now_ms)
+    parent_path = os.path.realpath(snap.path)
+    try:
+        parent_path.encode("utf-8")
+    except UnicodeEncodeError:  # a folder name that is not UTF-8: no v3 (JSON) header can name it
+        raise UnsupportedForNativeSession(
+            "this session's path is not valid UTF-8, so a child's header cannot name it as its parentSession",
+            data={"reason": "path_not_utf8"}) from None
     header = {"type": "session", "version": 3, "id": child_id, "timestamp": now_iso,
-              "cwd": parent_header.get("cwd", ""), "parentSession": os.path.realpath(snap.path)}
+              "cwd": parent_header.get("cwd", ""), "parentSession": parent_path}
     parts = [orjson.dumps(header) + b"\n"]
     used = {rec["id"] for rec, _ in branch}
     last = branch[-1][0]["id"] if branch else None

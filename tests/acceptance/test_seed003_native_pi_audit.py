@@ -18,6 +18,7 @@ and the shared pi samples. What the other native tests (``tests/native_pi``, the
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -342,5 +343,35 @@ async def test_a_foreign_file_under_a_keyed_childs_name_is_never_answered_or_rem
         async with native_host(data_dir(tmp_path / "c"), pi_root) as (proc, c):
             code = await code_of(c, "session.fork", params)
             assert code == "IDEMPOTENCY_CONFLICT", code  # README §4: the key is another fork's
+            proc.kill9()
+    assert tree(pi_root) == before
+
+
+def odd_root(tmp_path: Path) -> Path:
+    """A pi root with one recorded session in a folder whose name is Latin-1, not UTF-8."""
+    pi_root = tmp_path / "pi"
+    odd = Path(os.fsdecode(bytes(pi_root) + b"/--caf\xe9--"))
+    odd.mkdir(parents=True)
+    src = sorted(RECORDED.rglob("*.jsonl"))[0]
+    shutil.copyfile(src, odd / src.name)
+    return pi_root
+
+
+async def test_a_fork_of_a_session_in_a_folder_whose_name_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
+    """§12: the child header carries ``parentSession`` with the canonical source path, and a v3 file is
+    JSON (UTF-8). A Linux folder name need not be UTF-8 (pi names its folders after the working
+    directory); such a session is listed and read, and its fork, which cannot name its parent in a header,
+    is refused with a documented code, writing nothing. Found by this audit: the header's encoding raised
+    a ``TypeError`` and the fork answered ``INTERNAL``."""
+    data = data_dir(tmp_path)
+    pi_root = odd_root(tmp_path)
+    before = tree(pi_root)
+    with trio.fail_after(60):
+        async with native_host(data, pi_root) as (proc, c):
+            [sid] = await native_ids(c)
+            assert (await c.call("session.get", {"sessionId": sid, "full": True}))["totalMessages"] > 0
+            code, info = await error_of(c, "session.fork", {"sessionId": sid, "title": "child"})
+            assert code == "UNSUPPORTED_FOR_NATIVE_SESSION", (code, info)
+            assert await native_ids(c) == [sid]
             proc.kill9()
     assert tree(pi_root) == before
