@@ -808,12 +808,15 @@ def reindex_session(
     """
     old_turns: dict[str, str] = {}
     old_created: dict[str, int] = {}
-    for mid, turn_id, created in conn.execute(
-        "SELECT id, turn_id, created_at FROM messages WHERE session_id = ?", (session_id,)
+    old_crcs: dict[str, int] = {}
+    for mid, turn_id, created, crc in conn.execute(
+        "SELECT id, turn_id, created_at, line_crc FROM messages WHERE session_id = ?", (session_id,)
     ):
         if turn_id is not None:
             old_turns[mid] = turn_id
         old_created[mid] = created
+        if crc is not None:
+            old_crcs[mid] = crc
     if turn_overrides:
         old_turns.update(turn_overrides)
     ordinal = _session_ordinal(conn, session_id)
@@ -842,6 +845,10 @@ def reindex_session(
     insert_tool_outputs(conn, [(row[0], output) for item, row in zip(messages, rows, strict=True)
                                if (output := tool_output_text(item.record)) is not None])
     for item, row in zip(messages, rows, strict=True):
+        if old_crcs.get(item.record["id"], -1) == row[-1]:
+            # The very line was indexed already, its effects with it (same transaction) against the root
+            # the session had then: resolving it again against today's root would list a file no tool wrote.
+            continue
         if artifacts.may_have_effects(item.record):
             # A rebuild restores missing artifact rows only (no audit rows, nothing overwritten).
             artifacts.record_effects(conn, session_id, item.record, row[3] or _str_or_none(item.record.get("turnId")),

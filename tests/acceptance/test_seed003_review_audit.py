@@ -246,6 +246,31 @@ async def test_a_fork_copies_referenced_scratch_files_which_outlive_the_source_a
     assert (child_pasted / "a.txt").read_bytes() == b"A"
 
 
+async def test_a_rewrite_after_the_session_moved_adds_no_artifact_nobody_wrote(tmp_path: Path) -> None:
+    """§4.10 "path -- absolute, workspace-resolved" / README: a relative path "is joined to the session's
+    project root (...) so every listed path can be opened", one row per file. A Write of ``x.md`` while the
+    session's root is A is listed as ``A/x.md``; ``session.update`` moves the session to B; a regenerate then
+    rewrites the transcript. The listing stays ``[A/x.md]``, also after a restart: the rewrite re-read the
+    Write's line and added ``B/x.md``, a file no tool wrote."""
+    root = data_dir(tmp_path)
+    a, b = _project(tmp_path, "project-a"), _project(tmp_path, "project-b")
+    with trio.fail_after(120):
+        async with real_host(root) as (proc, c):
+            sid = (await c.call("session.create", {"projectPath": str(a)}))["id"]
+            await say(c, sid, "u1", "write x")
+            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w1", "x.md")})
+            await say(c, sid, "a1", "done", "assistant")
+            await c.call("session.update", {"sessionId": sid, "projectPath": str(b)})
+            assert await _artifacts(c, sid) == [f"{a}/x.md"]
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            assert await _artifacts(c, sid) == [f"{a}/x.md"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w2", "y.md")})
+            assert await _artifacts(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
+            proc.kill9()
+        async with real_host(root) as (proc, c):
+            assert await _artifacts(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
+
+
 @pytest.mark.xfail(strict=True, reason="a rebuilt index resolves every relative Write against the session's "
                                        "current root, not the root the live index used when the line came")
 async def test_a_rebuilt_index_lists_an_artifact_where_the_live_index_listed_it(tmp_path: Path) -> None:
