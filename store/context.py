@@ -424,10 +424,17 @@ def _add_branch(nodes: list[dict[str, Any]], roots: _Roots, b: StoredBranch, att
 
 
 def _ordered(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pre-order walk: parents before children; siblings by revision index, then insertion order."""
+    """Pre-order walk: parents before children; siblings by revision index, then insertion order.
+
+    Seed 000 §3.4 "Walk length is bounded by node count": each node id is placed once (a damaged revisions
+    file can repeat a message inside its branch, which would make that node its own ancestor); a later node
+    with an id already placed is left out, and the walk visits each node once."""
+    unique: dict[str, dict[str, Any]] = {}
+    for n in nodes:
+        unique.setdefault(n["id"], n)
     children: dict[str | None, list[tuple[int, dict[str, Any]]]] = {}
-    ids = {n["id"] for n in nodes}
-    for i, n in enumerate(nodes):
+    ids = unique.keys()
+    for i, n in enumerate(unique.values()):
         parent = n["parentId"] if n["parentId"] in ids else None
         children.setdefault(parent, []).append((i, n))
     big = 1 << 62
@@ -436,8 +443,12 @@ def _ordered(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                     else big, item[0]))
     out: list[dict[str, Any]] = []
     stack: list[dict[str, Any]] = [n for _, n in reversed(children.get(None, []))]
+    placed: set[str] = set()
     while stack:
         node = stack.pop()
+        if node["id"] in placed:
+            continue
+        placed.add(node["id"])
         out.append(node)
         stack.extend(n for _, n in reversed(children.get(node["id"], [])))
     return out
