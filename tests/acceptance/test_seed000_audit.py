@@ -60,7 +60,8 @@ async def test_a_damaged_revisions_file_yields_a_tree_of_each_node_once_without_
     count." A revisions file damaged while the host is stopped (a message repeated inside its branch: a
     parent cycle among the projected nodes; or the branch stored many times over) still gives a tree after
     the restart, promptly, in which every node id is unique, every parent is a node of the tree or null,
-    and the live chain and its leaf are untouched. (The projection used to walk the repeated node's
+    and the live chain and its leaf are untouched; switching to the damaged branch shows each of its
+    messages once. (The projection used to walk the repeated node's
     children forever, and to visit a branch stored n times n^depth times.)"""
     data = data_dir(tmp_path)
     with trio.fail_after(60):
@@ -80,6 +81,12 @@ async def test_a_damaged_revisions_file_yields_a_tree_of_each_node_once_without_
             assert after["activeLeafId"] == before["activeLeafId"] == "b1"
             ctx = await c.call("session.context", {"sessionId": sid})
             assert [m["id"] for m in ctx["messages"]] == ["q1", "b1"]
+            # switching to the damaged branch brings each of its messages back once
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q1", "revisionIndex": 1})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["q1", "a1", "q2", "a2"]
+            ids = [n["id"] for n in (await c.call("session.tree", {"sessionId": sid}))["nodes"]]
+            assert len(ids) == len(set(ids)) and {"q1", "a1", "q2", "a2"} <= set(ids)
 
 
 # ------------------------------------------------------------------------------------ session context (§4)
@@ -104,7 +111,8 @@ async def test_the_context_is_the_leaf_to_root_path_reversed_with_the_turn_conte
     prompt tombstoned: the context runs root first without it, and its Turn context is still the second
     turn's (a tombstone hides a message, not the turn it ran in). After the first reply is regenerated (the
     second turn now lives only in an archived branch) and a SIGKILL, the context is the new path and its
-    Turn context the first turn's, the one newest on the active branch."""
+    Turn context the first turn's, the one newest on the active branch; switching back to the first
+    branch leaves its prompt deleted and makes the second turn's context the latest again."""
     data = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(data, kind="agent") as (_proc, c):
@@ -125,6 +133,11 @@ async def test_the_context_is_the_leaf_to_root_path_reversed_with_the_turn_conte
             assert "system" not in {m["role"] for m in ctx["messages"]}
             assert ctx["turnContext"]["turnId"] == "t1"
             assert ctx["turnContext"]["snapshot"]["model"] == {"id": "m-t1"}
+            # switching back to the first branch: its prompt stays deleted, its turn is the latest again
+            await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "q1", "revisionIndex": 1})
+            ctx = await c.call("session.context", {"sessionId": sid})
+            assert [m["id"] for m in ctx["messages"]] == ["q1", "a1", "a2"]
+            assert ctx["turnContext"]["turnId"] == "t2"
 
 
 # ---------------------------------------------------------------------------------------- snapshots (§4)
@@ -141,12 +154,15 @@ async def test_no_secret_value_reaches_any_file_of_the_data_directory_across_rot
     encrypted values behind the same reference to rotate." A secret set, used by a turn's snapshot by
     reference, rotated, and the host SIGKILLed after each step: no file of the data directory — database,
     WAL, transcript, revisions, secret store — holds either value in the clear, and the turn still verifies
-    under the digest startTurn answered."""
+    under the digest startTurn answered. The secret writes are keyed, so their receipts (database rows,
+    the encrypted file's header, the receipts file a deleted secret leaves) are in the files too, and a
+    replay of the first keyed write after a keyed delete writes no value either (seed 000 §2.4: the
+    fingerprint "does not copy input text")."""
     data = data_dir(tmp_path)
     first, second = b"zq-first-secret-4d1c9e", b"zq-second-secret-8b27aa"
     with trio.fail_after(90):
         async with real_host(data, kind="agent") as (_proc, c):
-            await c.call("secrets.set", {"ref": "provider/p1", "value": first.decode()})
+            await c.call("secrets.set", {"ref": "provider/p1", "value": first.decode(), "submissionId": "s-1"})
             sid = str((await c.call("session.create", {}))["id"])
             await say(c, sid, "q1", "go")
             started = await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1",
@@ -155,11 +171,13 @@ async def test_no_secret_value_reaches_any_file_of_the_data_directory_across_rot
             await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
         assert _grep(data, first) == []
         async with real_host(data, kind="agent") as (_proc, c):
-            await c.call("secrets.set", {"ref": "provider/p1", "value": second.decode()})
+            await c.call("secrets.set", {"ref": "provider/p1", "value": second.decode(), "submissionId": "s-2"})
         assert _grep(data, first) == [] and _grep(data, second) == []
         async with real_host(data, kind="agent") as (_proc, c):
             verified = await c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t1"})
             assert verified["digest"] == started["environmentDigest"]
+            await c.call("secrets.delete", {"ref": "provider/p1", "submissionId": "s-3"})
+            await c.call("secrets.set", {"ref": "provider/p1", "value": first.decode(), "submissionId": "s-1"})
         assert _grep(data, first) == [] and _grep(data, second) == []
 
 
