@@ -22,6 +22,7 @@ import pytest
 import trio
 
 from tests.acceptance.outsiderkit import code_of, data_dir, real_host, say
+from tests.hostkit import msg
 
 
 def _revisions_file(data: Path, sid: str) -> Path:
@@ -221,3 +222,42 @@ async def test_an_oversized_snapshot_written_on_disk_under_a_matching_digest_is_
                 assert await code_of(c, method, params) == "CORRUPT_DATA", method
             ok = await c.call("session.turnEnvironment", {"turnId": "t-ok"})
             assert ok["snapshot"]["model"] == {"id": "m1"}
+
+
+# ----------------------------------------------------------------------------------------- receipts (§2.4)
+
+async def _cut_by_replace(c: Any, sid: str) -> None:
+    await c.call("session.replaceMessages", {"sessionId": sid, "messages": [msg("m3", "next")]})
+
+
+async def _cut_by_truncate(c: Any, sid: str) -> None:
+    await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "m1"})
+
+
+@pytest.mark.xfail(strict=True, reason="a rewrite that drops a keyed append's line (not archiving it) drops the "
+                   "receipt the line carried: after a database loss the retry appends again")
+@pytest.mark.parametrize("cut", [_cut_by_replace, _cut_by_truncate], ids=["replaceMessages", "truncateFrom"])
+async def test_a_keyed_append_whose_line_a_rewrite_dropped_is_answered_after_a_lost_database(
+        tmp_path: Path, cut: Any) -> None:
+    """Seed 000 §2.4: "A completed receipt cannot be overwritten"; ARCHITECTURE.md: a receipt is as durable
+    as its effect, and an append's rides in its line. A keyed append, then a rewrite that leaves its line out
+    without archiving it (``session.replaceMessages`` without it, ``session.truncateFrom`` at it with no
+    mode), a SIGKILL and a lost database: the retry must answer the first answer and append nothing. (It
+    appends the message again, at a new seq, answered ``replayed: false``: the receipt went with the line.)"""
+    data = data_dir(tmp_path)
+    with trio.fail_after(90):
+        async with real_host(data, kind="agent") as (_proc, c):
+            sid = str((await c.call("session.create", {}))["id"])
+            keyed = {"sessionId": sid, "submissionId": "r-1", "message": msg("m1", "hello")}
+            first = await c.call("session.appendMessage", keyed)
+            await say(c, sid, "m2", "reply", "assistant")
+            await say(c, sid, "m3", "next")
+            await cut(c, sid)
+            before = [m["id"] for m in (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]]
+        for path in data.glob("pi.sqlite*"):
+            path.unlink()
+        async with real_host(data, kind="agent") as (_proc, c):
+            again = await c.call("session.appendMessage", keyed)
+            after = [m["id"] for m in (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]]
+            assert after == before
+            assert again["message"]["seq"] == first["message"]["seq"]
