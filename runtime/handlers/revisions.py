@@ -78,6 +78,7 @@ from store.transcripts.rewrite import (
     apply_rewrite,
     as_reindexed,
     carried_delivered,
+    dropped_append_receipts,
     load_live,
     plan_rewrite,
     reindex,
@@ -339,7 +340,9 @@ async def commit_rewrite(
     def write() -> Rewritten:
         # the old header's receipts ride on: a later rewrite must not leave an earlier one only in SQLite
         # and the deliver answers of collaboration input lines (the old header's, and those of lines it drops)
-        return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, carried=live.receipts,
+        # and the receipts of keyed appends whose lines it drops, which those lines were the only place of
+        kept = [*live.receipts, *dropped_append_receipts(sid, live.messages, plan.messages)]
+        return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, carried=kept,
                              faults=faults, dropped_offsets=[*live.dropped_offsets, *plan.left_out], now_ms=now,
                              delivered=carried_delivered(live.delivered, live.messages, plan.messages))
 

@@ -725,6 +725,9 @@ def rebuild_response(conn: Any, session_id: str, rec: Mapping[str, Any]) -> Any 
         return {"messageId": asked, "deleted": method == "session.deleteMessage"} if isinstance(asked, str) else None
     if method == "sessions.purge":
         return {"sessionId": session_id, "purged": True}
+    if method == "session.appendMessage":  # a line a rewrite dropped: its header carries the answer it gave
+        said = extra.get("response")
+        return dict(said) if isinstance(said, Mapping) and isinstance(said.get("message"), Mapping) else None
     if method == "collab.deliver":  # its delivery's input line carries the answer it gave
         said = extra.get("response")
         return dict(said) if isinstance(said, Mapping) and isinstance(said.get("delivery"), Mapping) else None

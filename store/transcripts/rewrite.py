@@ -39,7 +39,14 @@ from typing import Any
 from store.collab import DELIVERED_META
 from store.compaction import split_valid
 from store.faults import NO_FAULTS, Faults
-from store.indexing.index import CompactionRecord, IndexRecord, reindex_session, set_message_count
+from store.indexing.index import (
+    CompactionRecord,
+    IndexRecord,
+    append_response,
+    message_ref,
+    reindex_session,
+    set_message_count,
+)
 from store.jsonio import dumps_line
 from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.transcripts.records import meta_of, rfc3339_to_ms
@@ -113,6 +120,32 @@ def header_delivery(delivery_id: str, carried: Mapping[str, Any]) -> dict[str, A
         entry["receipt"] = {k: v for k, v in receipt.items() if k != "extra"}
     return entry
 
+
+
+def dropped_append_receipts(session_id: str, live: Sequence[Mapping[str, Any]],
+                            kept: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The receipts of keyed appends whose lines ``kept`` (the new live messages) leaves out, each with the
+    answer the append gave (``extra.response``), for the new header to carry: the line was the receipt's
+    only durable place (``meta.receipt``), so without this a retry after a lost database would append the
+    message again (seed 000 §2.4). A receipt without the ``seq`` its append answered (``extra.seq``: lines
+    written before receipts recorded it) is left out: its answer is unknown."""
+    staying = {str(rec.get("id")) for rec in kept}
+    out: list[dict[str, Any]] = []
+    for rec in live:
+        carried = meta_of(rec).get("receipt")
+        if str(rec.get("id")) in staying or not isinstance(carried, Mapping) \
+                or carried.get("method", "session.appendMessage") != "session.appendMessage":
+            continue
+        extra = carried.get("extra")
+        seq = extra.get("seq") if isinstance(extra, Mapping) else None
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1 or not isinstance(rec.get("id"), str):
+            continue
+        turn = rec.get("turnId")
+        answer = append_response(message_ref(session_id, seq, rec, turn if isinstance(turn, str) else None),
+                                 carried)
+        out.append({**carried, "method": "session.appendMessage",
+                    "extra": {**(extra if isinstance(extra, Mapping) else {}), "response": answer}})
+    return out
 
 
 def carried_receipts(previous: Sequence[Mapping[str, Any]],
@@ -432,6 +465,7 @@ __all__ = [
     "CARRIED_DELIVERED",
     "CARRIED_RECEIPTS",
     "as_reindexed",
+    "dropped_append_receipts",
     "LiveTranscript",
     "RewritePlan",
     "Rewritten",

@@ -234,16 +234,15 @@ async def _cut_by_truncate(c: Any, sid: str) -> None:
     await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "m1"})
 
 
-@pytest.mark.xfail(strict=True, reason="a rewrite that drops a keyed append's line (not archiving it) drops the "
-                   "receipt the line carried: after a database loss the retry appends again")
 @pytest.mark.parametrize("cut", [_cut_by_replace, _cut_by_truncate], ids=["replaceMessages", "truncateFrom"])
 async def test_a_keyed_append_whose_line_a_rewrite_dropped_is_answered_after_a_lost_database(
         tmp_path: Path, cut: Any) -> None:
     """Seed 000 §2.4: "A completed receipt cannot be overwritten"; ARCHITECTURE.md: a receipt is as durable
     as its effect, and an append's rides in its line. A keyed append, then a rewrite that leaves its line out
     without archiving it (``session.replaceMessages`` without it, ``session.truncateFrom`` at it with no
-    mode), a SIGKILL and a lost database: the retry must answer the first answer and append nothing. (It
-    appends the message again, at a new seq, answered ``replayed: false``: the receipt went with the line.)"""
+    mode), a SIGKILL and a lost database: the retry answers the first answer and appends nothing. (It used
+    to append the message again, at a new seq, answered ``replayed: false``: the receipt went with the line;
+    the rewritten header now carries it with its answer.)"""
     data = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(data, kind="agent") as (_proc, c):
