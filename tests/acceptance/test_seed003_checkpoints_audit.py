@@ -52,6 +52,15 @@ async def _checkpoint(c: HostClient, sid: str, cid: str, through: str, **extra: 
     return compaction
 
 
+async def _two_exchanges_checkpointed(c: HostClient) -> str:
+    """A new session of u1 a1 (checkpoint c1 through a1), u2 a2 (c2 through a2); its id."""
+    sid: str = (await c.call("session.create", {}))["id"]
+    for n in (1, 2):
+        await _exchange(c, sid, n)
+        await _checkpoint(c, sid, f"c{n}", f"a{n}")
+    return sid
+
+
 def _anchored(view: dict[str, Any]) -> None:
     """Every checkpoint a read serves names a message the read serves."""
     ids = {m["id"] for m in view["messages"]}
@@ -141,11 +150,7 @@ async def test_regenerate_and_switching_back_serve_only_anchored_checkpoints(tmp
     anchors, oldest first; c1 stays through all of it and a restart."""
     root = data_dir(tmp_path)
     async with real_host(root) as (_, c):
-        sid = (await c.call("session.create", {}))["id"]
-        await _exchange(c, sid, 1)
-        await _checkpoint(c, sid, "c1", "a1")
-        await _exchange(c, sid, 2)
-        await _checkpoint(c, sid, "c2", "a2")
+        sid = await _two_exchanges_checkpointed(c)
         await say(c, sid, "u3", "question 3")
         await _checkpoint(c, sid, "c3", "u3")
         await c.call("session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u2"})
@@ -180,11 +185,7 @@ async def test_a_tombstoned_anchor_still_exists_so_its_checkpoint_stays(tmp_path
     documents the same reading)."""
     root = data_dir(tmp_path)
     async with real_host(root) as (_, c):
-        sid = (await c.call("session.create", {}))["id"]
-        await _exchange(c, sid, 1)
-        await _checkpoint(c, sid, "c1", "a1")
-        await _exchange(c, sid, 2)
-        await _checkpoint(c, sid, "c2", "a2")
+        sid = await _two_exchanges_checkpointed(c)
         await c.call("session.deleteMessage", {"sessionId": sid, "messageId": "a2"})
         view = await _full(c, sid)
         assert [(m["id"], bool(m.get("deleted"))) for m in view["messages"]][-1] == ("a2", True)

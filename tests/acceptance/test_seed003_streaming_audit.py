@@ -487,6 +487,22 @@ async def test_recover_inflight_promotes_the_newer_checkpoint_over_the_provision
             assert await sessions_matching(c, "ocelot") == {}
 
 
+async def _remapped_reservation(c: HostClient) -> tuple[str, str, int]:
+    """Two sessions: ``owner`` holds the bare id ``shared-r``; in ``sid`` turn t1's streaming reservation of that
+    id is stored remapped as ``{sid}:shared-r``, a steering input after it. Returns ``(owner, sid, the
+    reservation's seq)``."""
+    owner: str = (await c.call("session.create", {}))["id"]
+    await append(c, owner, msg("shared-r", "owner's reply", role="assistant"))
+    sid: str = (await c.call("session.create", {}))["id"]
+    await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+    await append(c, sid, msg("u1", "ask", turnId="t1"))
+    reserved = await append(c, sid, streaming("shared-r", "provisional", "t1"))
+    assert reserved["message"]["id"] == f"{sid}:shared-r"
+    await append(c, sid, msg("s1", "steer", meta={"steering": True}))
+    seq: int = reserved["message"]["seq"]
+    return owner, sid, seq
+
+
 async def test_a_remapped_reservation_recovered_after_a_kill_keeps_the_remapped_spelling_on_disk(
         tmp_path: Path) -> None:
     """The remap "before any JSONL write" for the line recovery writes: a reservation stored as
@@ -496,14 +512,7 @@ async def test_a_remapped_reservation_recovered_after_a_kill_keeps_the_remapped_
     root = data_dir(tmp_path)
     with trio.fail_after(90):
         async with real_host(root, kind="agent") as (proc, c):
-            owner = (await c.call("session.create", {}))["id"]
-            await append(c, owner, msg("shared-r", "owner's reply", role="assistant"))
-            sid = (await c.call("session.create", {}))["id"]
-            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
-            await append(c, sid, msg("u1", "ask", turnId="t1"))
-            reserved = await append(c, sid, streaming("shared-r", "provisional", "t1"))
-            assert reserved["message"]["id"] == f"{sid}:shared-r"
-            await append(c, sid, msg("s1", "steer", meta={"steering": True}))
+            owner, sid, seq = await _remapped_reservation(c)
             assert (await checkpoint(c, sid, "t1", streaming("shared-r", "checkpoint emu", "t1")))["saved"] is True
             proc.kill9()
         async with real_host(root, kind="agent") as (proc, c):
@@ -513,7 +522,7 @@ async def test_a_remapped_reservation_recovered_after_a_kill_keeps_the_remapped_
             final = await append(c, sid, msg("shared-r", "final emu", role="assistant", turnId="t1",
                                              meta={"status": "completed"}))
             assert final["message"]["id"] == f"{sid}:shared-r"
-            assert final["message"]["seq"] == reserved["message"]["seq"]
+            assert final["message"]["seq"] == seq
             assert [m["blocks"][0]["text"] for m in (await full(c, owner))["messages"]] == ["owner's reply"]
         data = (root / "sessions" / f"{sid}.jsonl").read_bytes()
         assert b'"id":"shared-r"' not in data
@@ -616,14 +625,7 @@ async def test_a_remapped_reservation_keeps_its_spelling_after_the_owner_session
         root.mkdir()
         with trio.fail_after(90):
             async with real_host(root, kind="agent") as (proc, c):
-                owner = (await c.call("session.create", {}))["id"]
-                await append(c, owner, msg("shared-r", "owner's reply", role="assistant"))
-                sid = (await c.call("session.create", {}))["id"]
-                await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
-                await append(c, sid, msg("u1", "ask", turnId="t1"))
-                reserved = await append(c, sid, streaming("shared-r", "provisional", "t1"))
-                assert reserved["message"]["id"] == f"{sid}:shared-r"
-                await append(c, sid, msg("s1", "steer", meta={"steering": True}))
+                owner, sid, seq = await _remapped_reservation(c)
                 if delete_first:
                     await c.call("session.delete", {"sessionId": owner})
                 saved = await checkpoint(c, sid, "t1", streaming("shared-r", "checkpoint emu", "t1"))
@@ -635,11 +637,11 @@ async def test_a_remapped_reservation_keeps_its_spelling_after_the_owner_session
                 view = await full(c, sid)
                 assert [(m["id"], m["blocks"][0]["text"]) for m in view["messages"]] == [
                     ("u1", "ask"), (f"{sid}:shared-r", "checkpoint emu"), ("s1", "steer")], delete_first
-                assert view["messages"][1]["seq"] == reserved["message"]["seq"]
+                assert view["messages"][1]["seq"] == seq
                 final = await append(c, sid, msg("shared-r", "final emu", role="assistant", turnId="t1",
                                                  meta={"status": "completed"}))
                 assert final["message"]["id"] == f"{sid}:shared-r" and final["replayed"] is False
-                assert final["message"]["seq"] == reserved["message"]["seq"]
+                assert final["message"]["seq"] == seq
                 proc.kill9()
             async with real_host(root, kind="agent") as (proc, c):
                 assert [(m["id"], m["blocks"][0]["text"]) for m in (await full(c, sid))["messages"]] == [
