@@ -237,8 +237,8 @@ def normalize_on_read(record: Mapping[str, Any]) -> dict[str, Any]:
         out["details"] = details
     elif mode == "completed_turn" and tail:
         out["retainedTail"] = []
-    elif mode == "active_turn" and tail and (len(tail) > 1 or _latest_user(tail) != tail):
-        out["retainedTail"] = _latest_user(tail)
+    elif mode == "active_turn" and tail and (latest := _latest_user(tail)) != tail:
+        out["retainedTail"] = latest
     return out
 
 

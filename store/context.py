@@ -428,7 +428,8 @@ def _ordered(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Seed 000 §3.4 "Walk length is bounded by node count": each node id is placed once (a damaged revisions
     file can repeat a message inside its branch, which would make that node its own ancestor); a later node
-    with an id already placed is left out, and the walk visits each node once."""
+    with an id already placed is left out. With one node per id, each node has one parent, so what the walk
+    reaches from the roots is a forest (a cycle is never reached) and it visits each node at most once."""
     unique: dict[str, dict[str, Any]] = {}
     for n in nodes:
         unique.setdefault(n["id"], n)
@@ -443,12 +444,8 @@ def _ordered(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                     else big, item[0]))
     out: list[dict[str, Any]] = []
     stack: list[dict[str, Any]] = [n for _, n in reversed(children.get(None, []))]
-    placed: set[str] = set()
     while stack:
         node = stack.pop()
-        if node["id"] in placed:
-            continue
-        placed.add(node["id"])
         out.append(node)
         stack.extend(n for _, n in reversed(children.get(node["id"], [])))
     return out
