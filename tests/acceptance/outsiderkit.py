@@ -12,7 +12,8 @@ from typing import Any
 from runtime.client import HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, msg, start_host_process
 
-__all__ = ["all_pages", "client", "code_of", "data_dir", "error_of", "real_host", "say", "shared_host"]
+__all__ = ["all_pages", "assert_snapshot_refused", "client", "code_of", "data_dir", "error_of", "real_host", "say",
+           "shared_host"]
 
 
 async def all_pages(c: HostClient, method: str, key: str, params: dict[str, Any] | None = None, *,
@@ -27,6 +28,14 @@ async def all_pages(c: HostClient, method: str, key: str, params: dict[str, Any]
         if not page.get("nextCursor"):
             return rows
         ask = {"limit": limit, **(params or {}), "cursor": page["nextCursor"]}
+
+
+async def assert_snapshot_refused(c: HostClient, sid: str, turn_id: str) -> None:
+    """Every reader of a turn's run environment snapshot (seed 000 §4) answers ``CORRUPT_DATA`` for it."""
+    for method, params in (("session.turnEnvironment", {"turnId": turn_id}),
+                           ("session.verifyEnvironment", {"sessionId": sid, "turnId": turn_id}),
+                           ("session.context", {"sessionId": sid})):
+        assert await code_of(c, method, params) == "CORRUPT_DATA", method
 
 
 def data_dir(tmp_path: Path) -> Path:
