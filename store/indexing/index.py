@@ -692,9 +692,17 @@ def index_compactions(
         conn.execute(
             "INSERT OR REPLACE INTO compactions(session_id, id, through_message_id, first_kept_message_id, "
             "line_offset, line_len, created_at) VALUES (?,?,?,?,?,?,?)",
-            (session_id, str(rec.get("id")), rec.get("throughMessageId"), rec.get("firstKeptMessageId"),
-             item.offset, item.length, rfc3339_to_ms(rec.get("createdAt"), now_ms)),
+            (session_id, str(rec.get("id")), _text_or_none(rec.get("throughMessageId")),
+             _text_or_none(rec.get("firstKeptMessageId")), item.offset, item.length,
+             rfc3339_to_ms(rec.get("createdAt"), now_ms)),
         )
+
+
+def _text_or_none(value: object) -> str | None:
+    """A message id as a checkpoint line names it: only a string names one. A number stored in a TEXT
+    column becomes text and would match a message whose id spells it (:func:`store.compaction.still_valid`
+    rejects it on every other read)."""
+    return value if isinstance(value, str) else None
 
 
 def set_deleted(conn: sqlite3.Connection, session_id: str, message_id: str, deleted: bool) -> int:

@@ -350,18 +350,21 @@ async def test_a_legacy_record_in_an_older_builds_directory_reads_as_its_latest_
 
 
 async def test_a_record_without_an_anchor_is_served_by_no_read(tmp_path: Path) -> None:
-    """A checkpoint line with no ``throughMessageId`` (or a null one) has no anchor that exists, so it is
-    dropped like a record whose anchor is gone. session.context, a fork and a rewrite dropped it, while
-    session.get (whole and windowed, from the index or the file) still served it: the reads disagreed on
-    which checkpoints exist, and after a rewrite the one session.get had shown was gone from the file."""
+    """A checkpoint line with no ``throughMessageId`` (or a null one, or a number) has no anchor that
+    exists, so it is dropped like a record whose anchor is gone. session.context, a fork and a rewrite
+    dropped it, while session.get (whole and windowed, from the index or the file) still served it: the
+    reads disagreed on which checkpoints exist, and after a rewrite the one session.get had shown was gone
+    from the file. A number ``5`` matched a message whose id is ``"5"`` in the index (SQLite stored it in
+    a TEXT column as text) where every other read rejects it."""
     root = data_dir(tmp_path)
     async with real_host(root) as (_, c):
         sid = (await c.call("session.create", {}))["id"]
         await _exchange(c, sid, 1)
+        await say(c, sid, "5", "a message whose id reads as a number")
         await _checkpoint(c, sid, "c1", "a1")
     path = root / "sessions" / f"{sid}.jsonl"
     with path.open("ab") as f:
-        for cid, extra in (("n1", {}), ("n2", {"throughMessageId": None})):
+        for cid, extra in (("n1", {}), ("n2", {"throughMessageId": None}), ("n3", {"throughMessageId": 5})):
             rec: dict[str, Any] = {
                 "type": "compaction", "id": cid, "summary": f"summary {cid}", "tokensBefore": 1,
                 "retainedTail": [], "createdAt": "2026-12-01T00:00:00.000Z",
