@@ -75,11 +75,21 @@ def fold(s: str) -> str:
     return s.lower().replace("\u03c2", "\u03c3")
 
 
+# Unicode's White_Space property: what "trimmed of leading and trailing whitespace" takes off a query.
+# ``str.strip()`` also takes the information separators U+001C-U+001F, control characters a text can hold
+# and a query must then find ("\x1e" alone was refused as empty; "\x1fsep" searched for "sep").
+WHITE_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
 def normalize_query(q: str) -> str:
-    """Strip surrounding whitespace and validate: 1..500 code points, no NUL, no surrogates."""
+    """Strip surrounding whitespace (:data:`WHITE_SPACE`) and validate: 1..500 code points, no NUL, no
+    surrogates."""
     if not isinstance(q, str):
         raise InvalidInput("query must be a string", data={"field": "query"})
-    stripped = q.strip()
+    stripped = q.strip(WHITE_SPACE)
     if not stripped:
         raise InvalidInput("query must not be empty", data={"field": "query"})
     if len(stripped) > MAX_QUERY_CHARS:

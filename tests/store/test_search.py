@@ -11,7 +11,14 @@ import pytest
 
 from store.errors import InvalidId, InvalidInput, SessionNotFound
 from store.search.search import literal_predicate, normalize_query, search_messages, search_sessions, snippet
-from store.search.search_text import ASCII_LOWERING_NON_ASCII, CASELESS_LOWER_TARGETS, MAX_QUERY_CHARS, fold, plan_query
+from store.search.search_text import (
+    ASCII_LOWERING_NON_ASCII,
+    CASELESS_LOWER_TARGETS,
+    MAX_QUERY_CHARS,
+    WHITE_SPACE,
+    fold,
+    plan_query,
+)
 from tests.store.search_corpus import Corpus, open_db
 
 
@@ -41,6 +48,9 @@ def message_ids(result: dict[str, Any]) -> list[str]:
 def test_normalize_query_strips_and_bounds() -> None:
     assert normalize_query("  数据库 \n") == "数据库"
     assert normalize_query("x" * MAX_QUERY_CHARS) == "x" * MAX_QUERY_CHARS
+    # only Unicode White_Space is trimmed: the information separators are text a query can look for
+    assert normalize_query("\x1e") == "\x1e" and normalize_query(" \x1fsep\u3000") == "\x1fsep"
+    assert {chr(c) for c in range(0x110000) if chr(c).isspace()} - set(WHITE_SPACE) == set("\x1c\x1d\x1e\x1f")
     for bad in ["", "   \t\n", "x" * (MAX_QUERY_CHARS + 1), "a\x00b", "a\ud800b"]:
         with pytest.raises(InvalidInput) as info:
             normalize_query(bad)
