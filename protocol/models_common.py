@@ -207,11 +207,11 @@ def label_rule(what: str) -> AfterValidator:
 
 def _check_title(value: str) -> str:
     trimmed = value.strip()
-    if not 1 <= len(trimmed) <= MAX_TITLE_CHARS:
-        raise ValueError(f"title must be 1-{MAX_TITLE_CHARS} characters after trimming")
+    if not 1 <= len(trimmed) <= MAX_TITLE_CHARS:  # the error's loc names the field (a title, a name)
+        raise ValueError(f"must be 1-{MAX_TITLE_CHARS} characters after trimming")
     problem = label_problem(value)  # checked before trimming: a trailing U+001F is no whitespace to drop
     if problem is not None:
-        raise ValueError(f"title {problem}")
+        raise ValueError(problem)
     return trimmed
 
 
@@ -220,7 +220,8 @@ Title = Annotated[
     StringConstraints(max_length=4 * MAX_TITLE_CHARS),
     AfterValidator(_check_title),
     Field(description="Trimmed, 1-80 Unicode code points; no control character but tab, line feed and "
-          "carriage return (a NUL, ESC ... is INVALID_PARAMS)."),
+          "carriage return (a NUL, ESC ... is INVALID_PARAMS).",
+          json_schema_extra={"x-trimmedLength": [1, MAX_TITLE_CHARS]}),
 ]
 JsonObject = dict[str, Any]
 

@@ -151,6 +151,11 @@ def _constraints(schema: Mapping[str, Any]) -> list[str]:
             notes.append(f"{label} {schema[key]}")
     if "pattern" in schema:
         notes.append(f"`{schema['pattern']}`")
+    trimmed = schema.get("x-trimmedLength")  # a label: its bound holds once trimmed (protocol Title)
+    if isinstance(trimmed, list) and len(trimmed) == 2:
+        notes = [n for n in notes if not n.startswith("max length")]
+        notes.append(f"{trimmed[0]}-{trimmed[1]} characters after trimming, at most {schema.get('maxLength')} "
+                     "before")
     return notes
 
 

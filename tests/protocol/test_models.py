@@ -336,6 +336,21 @@ def test_title_is_trimmed_and_counts_code_points() -> None:
     assert len(cjk.title) == 80
 
 
+@pytest.mark.parametrize(("method", "params", "field"), [
+    ("workspace.open", {"path": "/p", "name": "n" * 81}, "name"),
+    ("workspace.open", {"path": "/p", "name": "a\x1bb"}, "name"),
+    ("session.rename", {"sessionId": "s1", "title": "   "}, "title"),
+])
+def test_a_label_refusal_names_the_field_it_came_in(method: str, params: dict[str, Any], field: str) -> None:
+    """A label's refusal reads with its own field (the loc), never as another's: a bad workspace ``name``
+    was refused as "title must be 1-80 characters after trimming"."""
+    with pytest.raises(ValidationError) as exc:
+        parse_params(method, params)
+    [err] = exc.value.errors()
+    assert err["loc"] == (field,)
+    assert "title" not in err["msg"]
+
+
 def test_environment_snapshot_refuses_secret_values() -> None:
     env: dict[str, Any] = {"version": 1,
                            "connection": {"baseUrl": "https://x", "headers": {"Authorization": "Bearer sk-1"}}}
