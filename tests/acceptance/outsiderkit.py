@@ -9,11 +9,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from runtime.client import HostClient, RpcError, open_client
+import trio
+
+from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, msg, start_host_process
 
-__all__ = ["all_pages", "assert_snapshot_refused", "client", "code_of", "data_dir", "error_of", "real_host", "say",
-           "shared_host"]
+__all__ = ["all_pages", "assert_snapshot_refused", "client", "code_of", "data_dir", "error_of", "killed_during",
+           "real_host", "say", "shared_host"]
 
 
 async def all_pages(c: HostClient, method: str, key: str, params: dict[str, Any] | None = None, *,
@@ -77,6 +79,30 @@ async def client(proc: HostProcess, client_id: str = "outsider", kind: str = "ui
     """One more connection to a running host."""
     async with open_client(proc.url, proc.token, client_id=client_id, client_kind=kind, plugin_id=plugin_id) as c:
         yield c
+
+
+async def killed_during(data: Path, spec: str, calls: list[tuple[str, dict[str, Any]]], *,
+                        kind: str = "ui") -> list[Any]:
+    """A host armed with ``RT_CRASHPOINT=spec`` answers every call but the last, and dies at that one without
+    answering it (its first half ran on the same host: a running run or turn survives no restart). The
+    answers of the others."""
+    crashing = start_host_process(data, env={"RT_CRASHPOINT": spec})
+    answers: list[Any] = []
+    try:
+        async with client(crashing, kind=kind) as c:
+            for method, params in calls[:-1]:
+                answers.append(await c.call(method, params))
+            method, params = calls[-1]
+            try:
+                answers.append(await c.call(method, params))
+            except (ClientClosed, OSError):
+                pass
+    except (ClientClosed, OSError):
+        pass
+    await trio.to_thread.run_sync(crashing.reap)
+    assert crashing.proc.returncode == -9, f"the host did not die at {spec}"
+    assert len(answers) == len(calls) - 1, "the host answered the call it was to die in"
+    return answers
 
 
 async def say(c: HostClient, sid: str, mid: str, text: str, role: str = "user", **extra: Any) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from zoneinfo import ZoneInfo
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, RpcError
-from tests.acceptance.outsiderkit import all_pages, client, code_of, data_dir, real_host, shared_host
+from runtime.client import HostClient, RpcError
+from tests.acceptance.outsiderkit import all_pages, client, code_of, data_dir, killed_during, real_host, shared_host
 from tests.hostkit import HostProcess, boot_killed_at, call_killed_at, start_host_process
 from tests.httpkit import FakeProvider, Reply
 
@@ -43,30 +43,6 @@ def every_file_but_the_vault(data: Path) -> bytes:
     """Every byte under the data directory except the encrypted secret store itself."""
     return b"".join(p.read_bytes() for p in sorted(data.rglob("*"))
                     if p.is_file() and "secrets" not in p.relative_to(data).parts[:1])
-
-
-async def killed_during(data: Path, spec: str, calls: list[tuple[str, dict[str, Any]]], *,
-                        kind: str = "ui") -> list[Any]:
-    """A host armed with ``RT_CRASHPOINT=spec`` answers every call but the last, and dies at that one without
-    answering it (its first half ran on the same host: a running run or turn survives no restart). The
-    answers of the others."""
-    crashing = start_host_process(data, env={"RT_CRASHPOINT": spec})
-    answers: list[Any] = []
-    try:
-        async with client(crashing, kind=kind) as c:
-            for method, params in calls[:-1]:
-                answers.append(await c.call(method, params))
-            method, params = calls[-1]
-            try:
-                answers.append(await c.call(method, params))
-            except (ClientClosed, OSError):
-                pass
-    except (ClientClosed, OSError):
-        pass
-    await trio.to_thread.run_sync(crashing.reap)
-    assert crashing.proc.returncode == -9, f"the host did not die at {spec}"
-    assert len(answers) == len(calls) - 1, "the host answered the call it was to die in"
-    return answers
 
 
 async def all_notifications(c: HostClient) -> list[dict[str, Any]]:
