@@ -55,14 +55,25 @@ provenance, collab.begin) and ``fromAgent`` (an imported sub-agent thread's prom
 def refuse_host_meta(message: TranscriptMessage) -> TranscriptMessage:
     """A client cannot forge host-written metadata (:data:`HOST_META_KEYS`) in a message it sends, nor take
     the id of a collaboration input line (``collab-<deliveryId>``: the line ``collab.begin`` writes, which a
-    later begin would take for its own)."""
+    later begin would take for its own), nor name one as the message it revises (``meta.revisionRootId``:
+    its words would become a variant of that input, seed 003 §4.6c "edited, or regenerated")."""
     if message.id.startswith(COLLAB_INPUT_ID_PREFIX):
         raise ValueError(f"message ids starting with {COLLAB_INPUT_ID_PREFIX!r} are the collaboration input lines "
                          "the host writes (collab.begin); a client cannot use one")
     if message.meta and (forged := sorted(HOST_META_KEYS.intersection(message.meta))):
         raise ValueError(f"meta.{forged[0]} is provenance the host writes (meta.sessionMessage: collab.begin; "
                          "meta.fromAgent: an import of a sub-agent thread); a client cannot set it")
+    if message.meta and revises_collaboration_input(message.meta):
+        raise ValueError("meta.revisionRootId names a collaboration input line (collab-<deliveryId>); a message "
+                         "cannot take its place as a revision of it")
     return message
+
+
+def revises_collaboration_input(meta: Any) -> bool:
+    """Whether ``meta.revisionRootId`` names a collaboration input line: a message carrying it would be a
+    variant of that input (its edit or regeneration), which only the host's own line can be."""
+    root = meta.get("revisionRootId") if isinstance(meta, dict) else None
+    return isinstance(root, str) and root.startswith(COLLAB_INPUT_ID_PREFIX)
 
 STEERING_STRIPPED_META_KEYS: frozenset[str] = HOST_META_KEYS | {"session_message", "from_agent"}
 """What a steering input's ``meta`` loses: the host-written provenance keys, in the wire's spelling and in
@@ -474,5 +485,6 @@ __all__ = [
     "UiMessageBase",
     "Usage",
     "refuse_host_meta",
+    "revises_collaboration_input",
     "strip_steering_provenance",
 ]

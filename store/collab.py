@@ -744,7 +744,8 @@ def check_rewrite(old: Mapping[str, Mapping[str, Any]], new: Sequence[Mapping[st
     ``old``: the live transcript's records by id; ``new``: the records the rewrite writes.
     Dropping such a line entirely is allowed (it does not become human input); adding a line with the id of
     a collaboration input (``collab-<deliveryId>``) that is not there is not (a later begin would take it for
-    its own).
+    its own), nor is naming one as the message another line revises (``meta.revisionRootId``: that line would
+    become a variant of the input, its edit or regeneration).
     """
     for rec in new:
         rid = str(rec.get("id"))
@@ -753,6 +754,13 @@ def check_rewrite(old: Mapping[str, Mapping[str, Any]], new: Sequence[Mapping[st
             raise PermissionDenied(f"message {rid}: ids starting with {COLLAB_INPUT_ID_PREFIX!r} are the "
                                    "collaboration input lines the host writes (collab.begin); a client cannot "
                                    "add one", data={"messageId": rid})
+        root = meta_of(rec).get("revisionRootId")
+        had = meta_of(before).get("revisionRootId") if before is not None else None
+        if not rid.startswith(COLLAB_INPUT_ID_PREFIX) and isinstance(root, str) \
+                and root.startswith(COLLAB_INPUT_ID_PREFIX) and root != had:
+            raise PermissionDenied(f"message {rid}: meta.revisionRootId names collaboration input {root}; a "
+                                   "message cannot take its place as a revision of it",
+                                   data={"messageId": rid, "revisionRootId": root})
         for key, (written_by, what) in _PROVENANCE.items():
             mine = meta_of(rec).get(key)
             theirs = meta_of(before).get(key) if before is not None else None

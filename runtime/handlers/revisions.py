@@ -697,10 +697,10 @@ async def truncate_from(ctx: SessionContext, p: m.TruncateFromParams, key: Recei
         raise MessageNotFound(f"message {p.message_id} is not in session {sid}; nothing was cut",
                               data={"sessionId": sid, "messageId": p.message_id})
     old = live.messages
-    if p.mode in ("edit", "retry") and collab.is_collaboration_input(old[pos]):
+    if p.mode in ARCHIVE_MODES and collab.is_collaboration_input(old[pos]):
+        done = {"edit": "edited", "retry": "resent", "regenerate": "regenerated"}[p.mode]
         raise PermissionDenied(f"message {p.message_id} is collaboration input from another session; it cannot "
-                               f"be {'edited' if p.mode == 'edit' else 'resent'} as the user's own",
-                               data={"sessionId": sid, "messageId": p.message_id})
+                               f"be {done} as the user's own", data={"sessionId": sid, "messageId": p.message_id})
     new_msgs = [dict(msg) for msg in old[:pos]]
     turns = await ctx.read(turn_map, sid)
     archives: list[Archive] = []
