@@ -158,23 +158,35 @@ async def test_ids_are_real_sessions_a_retry_is_the_original_and_a_conflict_chan
 async def test_a_deleted_sender_leaves_its_rows_readable_as_unavailable(shared: HostProcess) -> None:
     """§4.6c: "source_session_id deliberately has no foreign key ... so a delivery record ... outlive[s] a
     deleted sender. Read projections therefore report such references with available: false instead of
-    dropping the row." After the sender is deleted: the row is there (with its sender's id), list and get show
-    it with ``available: false``, the same retry still returns it, a changed one is still a conflict, a new
-    delivery from the deleted session is refused, and settling it makes no callback to nobody."""
+    dropping the row." After the sender is deleted: a delivery it had settled keeps how it ended; a queued one's
+    row is there (with its sender's id), list and get show both with ``available: false``, the same retry still
+    returns it, a changed one is still a conflict, a new delivery from the deleted session is refused, and
+    settling it makes no callback to nobody."""
     data = shared.data_dir
     with trio.fail_after(60):
         async with client(shared, kind="agent") as c:
             lead, rev = await _session(c, "Gone lead"), await _session(c, "Stays")
+            early = (await c.call("collab.deliver", _deliver(lead, rev, "k0", notifyOnCompletion=True)))["delivery"]
+            await c.call("session.startTurn", {"sessionId": rev, "turnId": "aud2-t0"})
+            await c.call("collab.begin", {"sessionId": rev, "deliveryId": early["id"], "turnId": "aud2-t0"})
+            await c.call("collab.settle", {"sessionId": rev, "deliveryId": early["id"], "turnId": "aud2-t0",
+                                           "status": "failed", "error": "no access"})
+            await c.call("session.endTurn", {"sessionId": rev, "turnId": "aud2-t0", "status": "completed"})
             d = (await c.call("collab.deliver", _deliver(lead, rev, "k1", notifyOnCompletion=True)))["delivery"]
             await c.call("session.delete", {"sessionId": lead})
+            # the settled one keeps how it ended (the completion row addressed to the sender went with it: the
+            # seed's schema cascades target_session_id)
+            kept = await c.call("collab.get", {"deliveryId": early["id"]})
+            assert (kept["status"], kept["error"], kept["turnId"], kept["source"]["available"]) == (
+                "failed", "no access", "aud2-t0", False)
             assert _ledger(data, f"id = '{d['id']}'") == [(d["id"], "task", "queued", lead, rev, None, None)]
             got = await c.call("collab.get", {"deliveryId": d["id"]})
             assert got["source"] == {"sessionId": lead, "title": "Gone lead", "available": False}
             assert got["target"]["available"] is True
             listed = (await c.call("collab.list", {"sessionId": rev, "direction": "incoming"}))["deliveries"]
-            assert [(x["id"], x["source"]["available"]) for x in listed] == [(d["id"], False)]
+            assert [(x["id"], x["source"]["available"]) for x in listed] == [(d["id"], False), (early["id"], False)]
             outgoing = (await c.call("collab.list", {"sessionId": lead, "direction": "outgoing"}))["deliveries"]
-            assert [x["id"] for x in outgoing] == [d["id"]]
+            assert [x["id"] for x in outgoing] == [d["id"], early["id"]]
             again = await c.call("collab.deliver", _deliver(lead, rev, "k1", notifyOnCompletion=True))
             assert again["replayed"] is True and again["delivery"]["id"] == d["id"]
             assert await code_of(c, "collab.deliver", _deliver(lead, rev, "k1")) == "IDEMPOTENCY_CONFLICT"
@@ -186,6 +198,7 @@ async def test_a_deleted_sender_leaves_its_rows_readable_as_unavailable(shared: 
             assert "callback" not in done and done["delivery"]["source"]["available"] is False
             assert _ledger(data, f"id = '{d['id']}'")[0][2:6] == ("completed", lead, rev, "aud2-t")
             assert _ledger(data, f"reply_to_message_id = '{d['id']}'") == []
+            assert [r[0] for r in _ledger(data, f"source_session_id = '{lead}'")] == [early["id"], d["id"]]
 
 
 # ------------------------------------------------------------------------------------------ provenance
