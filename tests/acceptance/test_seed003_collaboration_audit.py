@@ -10,13 +10,15 @@ begin killed at each fault point and a settle killed at its commit (collab/test_
 single state (collab/test_collab_host, collab/test_audit_fixes); steering into a delivery's turn
 (collab/test_collab_host); a lost database (integrity/test_db_loss_collab_lines).
 
-New here: retries after SIGKILLs at three moments of one delivery (its deliver's commit, its begin's commit,
-its settle's commit) counted as one row, one turn, one input line and one callback; a deleted sender's rows
-and retries; a conflicting retry that changes nothing (row, queue, other target); provenance a client tries
-to forge, strip, edit or *regenerate* (``truncateFrom`` mode ``regenerate`` at the delivery's row, and a human
-message naming it as the revision it replaces: both made the collaboration input's family carry ordinary human
-input until this audit); and one restart with every fence state at once, then a second restart that replays
-nothing either.
+New here: retries after SIGKILLs at four moments (a deliver's commit, a begin's, a settle's, and the commit of
+a turn end that settles its delivery) counted as one row, one turn, one input line and one callback; a deleted
+sender's rows and retries; a conflicting retry that changes nothing (row, queue, other target); provenance a
+client tries to forge, strip, edit or *regenerate* (``truncateFrom`` mode ``regenerate`` at the delivery's row,
+and a human message naming it as the revision it replaces: both made the collaboration input's family carry
+ordinary human input until this audit); and one restart with every fence state at once, then a second restart
+that replays nothing either.
+
+Not checked: ``session_collaboration_links`` (§4.6c's first table), which no method writes yet.
 """
 
 from __future__ import annotations
@@ -352,14 +354,15 @@ async def test_ceilings_and_hops_are_enforced_and_cancel_keeps_the_target(shared
 # ------------------------------------------------------------------------------ SIGKILL, retry, one effect
 
 
-async def test_retries_after_kills_at_three_moments_make_one_row_one_turn_one_line_one_callback(
+async def test_retries_after_kills_at_four_moments_make_one_row_one_turn_one_line_one_callback(
         tmp_path: Path) -> None:
     """Item 21 "preserve ... idempotency across retries" and "create no duplicate completion callback", with the
-    host SIGKILLed right after each step of one delivery committed and before it answered: the deliver, the
-    begin, the settle. Each is retried with its ``submissionId`` (the first answer) and without it (the same
-    delivery): one ledger row, one queue admission while queued, one input line, one turn that began it, one
-    completion. A begin cut by the kill leaves the delivery interrupted (its turn ended with the host), not
-    replayed; a second delivery begun and settled after that gets exactly one callback."""
+    host SIGKILLed right after a step committed and before it answered: a deliver, a begin, a settle, and the
+    end of a turn that still ran its delivery (which settles it: README "A turn that ends with its delivery
+    still running settles it"). Each is retried with its ``submissionId`` (the first answer) and without it:
+    one ledger row, one queue admission while queued, one input line, one turn that began it, one completion.
+    A begin cut by the kill leaves the delivery interrupted (its turn ended with the host), not replayed; the
+    deliveries begun after that get exactly one callback each."""
     data = data_dir(tmp_path)
     with trio.fail_after(120):
         async with real_host(data, kind="agent") as (_proc, c):
@@ -375,7 +378,8 @@ async def test_retries_after_kills_at_three_moments_make_one_row_one_turn_one_li
             assert plain["replayed"] is True and plain["delivery"]["id"] == did
             assert [e["sessionMessageId"] for e in (await _queue(c, rev))["entries"]] == [did]
             second = (await c.call("collab.deliver", _deliver(lead, rev, "k2", notifyOnCompletion=True)))["delivery"]
-        assert [r[0] for r in _ledger(data)] == [did, second["id"]]
+            third = (await c.call("collab.deliver", _deliver(lead, rev, "k3", notifyOnCompletion=True)))["delivery"]
+        assert [r[0] for r in _ledger(data)] == [did, second["id"], third["id"]]
 
         control = {"sessionId": rev, "controllerId": "ctl"}
         begin = {"sessionId": rev, "deliveryId": did, "turnId": "t1", "submissionId": "beg-1"}
@@ -389,7 +393,7 @@ async def test_retries_after_kills_at_three_moments_make_one_row_one_turn_one_li
             got = await c.call("collab.get", {"deliveryId": did})
             assert (got["status"], got["turnId"]) == ("interrupted", "t1")
             assert [(t["id"], t["status"]) for t in await _turns(c, rev)] == [("t1", "aborted")]
-            assert [e["sessionMessageId"] for e in (await _queue(c, rev))["entries"]] == [second["id"]]
+            assert [e["sessionMessageId"] for e in (await _queue(c, rev))["entries"]] == [second["id"], third["id"]]
         assert len(_input_lines(data, rev, did)) == 1
 
         settle = {"sessionId": rev, "deliveryId": second["id"], "turnId": "t2", "status": "completed",
@@ -408,11 +412,29 @@ async def test_retries_after_kills_at_three_moments_make_one_row_one_turn_one_li
                                                                                    ("t2", "aborted")]
             again = await c.call("collab.deliver", _deliver(lead, rev, "k2", notifyOnCompletion=True))
             assert again["replayed"] is True and again["delivery"]["status"] == "completed"
+
+        end = {"sessionId": rev, "turnId": "t3", "status": "completed", "submissionId": "end-3"}
+        await killed_during(data, "session.endTurn.after_commit:1", [
+            ("session.queueAttach", control), ("session.queueTake", control),
+            ("session.startTurn", {"sessionId": rev, "turnId": "t3"}),
+            ("collab.begin", {"sessionId": rev, "deliveryId": third["id"], "turnId": "t3"}),
+            ("session.endTurn", end)], kind="agent")
+        async with real_host(data, kind="agent") as (_proc, c):
+            ended = await c.call("session.endTurn", end)
+            repeat = await c.call("session.endTurn", {k: v for k, v in end.items() if k != "submissionId"})
+            assert repeat["turn"] == ended["turn"] and ended["turn"]["status"] == "completed"
+            got = await c.call("collab.get", {"deliveryId": third["id"]})
+            assert (got["status"], got["turnId"]) == ("completed", "t3") and "callbackId" in got
+            assert [e["sessionMessageId"] for e in (await _queue(c, lead))["entries"]] == [
+                done["callback"]["id"], got["callbackId"]]
         assert _ledger(data, "kind = 'completion'") == [
-            (done["callback"]["id"], "completion", "queued", rev, lead, None, second["id"])]
+            (done["callback"]["id"], "completion", "queued", rev, lead, None, second["id"]),
+            (got["callbackId"], "completion", "queued", rev, lead, None, third["id"])]
         assert [(r[0], r[2], r[5]) for r in _ledger(data, "kind = 'task'")] == [
-            (did, "interrupted", "t1"), (second["id"], "completed", "t2")]
-        assert [len(_input_lines(data, rev, x)) for x in (did, second["id"])] == [1, 1]
+            (did, "interrupted", "t1"), (second["id"], "completed", "t2"), (third["id"], "completed", "t3")]
+        assert rows(data, "SELECT id, status FROM turns WHERE session_id = ? ORDER BY id", rev) == [
+            ("t1", "aborted"), ("t2", "aborted"), ("t3", "completed")]
+        assert [len(_input_lines(data, rev, x)) for x in (did, second["id"], third["id"])] == [1, 1, 1]
         assert rows(data, "SELECT COUNT(*) FROM turn_queue WHERE session_id = ?", rev) == [(0,)]
 
 
