@@ -43,6 +43,7 @@ import orjson
 from store.errors import IOFailure, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import open_nofollow, published_fsync_dir, write_all
+from store.ids import remapped_message_id
 from store.jsonio import dumps_line, loads_line
 from store.transcripts.records import meta_of, ms_to_rfc3339, rfc3339_to_ms
 from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines
@@ -433,18 +434,22 @@ def family_of(record: Mapping[str, Any]) -> str:
     return root if isinstance(root, str) and root else str(record["id"])
 
 
-def family_root(stored: RevisionFile, named: str) -> str:
+def family_root(stored: RevisionFile, named: str, spelled: str | None = None) -> str:
     """The family a user message joins when its ``meta.revisionRootId`` names ``named`` (a message no
     longer live): ``named`` itself when it roots a stored family or is nowhere in the file; else the
     family of the archived user message of that id. An edit of an edited message may name the message it
     revises; its family stays the original's, so every variant of the turn is one set (seed 003 §4.9:
-    "meta.revisionRootId keeps pointing at the original family")."""
-    if any(e.root_user_id == named for e in stored.entries.values()):
-        return named
-    for entry in sorted(stored.entries.values(), key=lambda e: e.key):
-        for message in entry.messages:
-            if message.get("id") == named and message.get("role") == "user":
-                return family_of(message)
+    "meta.revisionRootId keeps pointing at the original family"). ``spelled``: the session's own spelling
+    of ``named`` (``{sessionId}:{id}``, the id a message was stored under because another session held
+    it), looked for after ``named`` itself: the client names the id it chose."""
+    for candidate in (named,) if spelled is None else (named, spelled):
+        if any(e.root_user_id == candidate for e in stored.entries.values()):
+            return candidate
+    for candidate in (named,) if spelled is None else (named, spelled):
+        for entry in sorted(stored.entries.values(), key=lambda e: e.key):
+            for message in entry.messages:
+                if message.get("id") == candidate and message.get("role") == "user":
+                    return family_of(message)
     return named
 
 
@@ -571,6 +576,18 @@ def revision_rows(conn: Any, session_id: str, root_user_id: str | None = None) -
     ]
 
 
+def family_key(conn: Any, session_id: str, root_user_id: str) -> str:
+    """The family key ``root_user_id`` names among the session's rows: itself, or its ``{sessionId}:{id}``
+    spelling when only that keys a family (the root was stored so because another session held the id, and
+    the client names the id it chose)."""
+    spelled = remapped_message_id(session_id, root_user_id)
+    for candidate in (root_user_id, spelled):
+        if conn.execute("SELECT 1 FROM message_revisions WHERE session_id = ? AND root_user_id = ? LIMIT 1",
+                        (session_id, candidate)).fetchone() is not None:
+            return candidate
+    return root_user_id
+
+
 def upsert_row(
     conn: Any, session_id: str, root_user_id: str, revision_index: int, *, message_count: int, now_ms: int,
     active: bool | None = None,
@@ -658,6 +675,7 @@ __all__ = [
     "Stamp",
     "append_revision_lines",
     "entry_of_line",
+    "family_key",
     "family_of",
     "find_root",
     "hidden_by_import",

@@ -67,7 +67,7 @@ async def append_group(ctx: SessionContext, calls: Sequence[SessionCall]) -> lis
     log = ctx.index_log
     candidates = [mid for r in requests if isinstance(mid := r.message.get("id"), str)]
     roots = [root for r in requests if (root := named_root(r.message)) is not None]  # rare: edits naming one
-    pending = log.held([*candidates, *(remapped_message_id(sid, m) for m in candidates), *roots])
+    pending = log.held([*candidates, *(remapped_message_id(sid, m) for m in [*candidates, *roots]), *roots])
     revisions_path = ctx.paths.revisions if roots else None
     ids = ctx.message_ids
 

@@ -52,6 +52,7 @@ from store.revisions import (
     append_revision_lines,
     archived_deletion_lines,
     entry_of_line,
+    family_key,
     family_of,
     find_root,
     hidden_by_import,
@@ -369,8 +370,13 @@ def _next_index(rows: Sequence[Mapping[str, Any]]) -> int:
 
 
 async def resolve_family(ctx: SessionContext, root_user_id: str) -> str:
-    """The family key as stored: the client's id, or its D444 spelling when that is what this session holds."""
-    return await ctx.read(index.resolve_id, ctx.sid, root_user_id) or root_user_id
+    """The family key as stored: the client's id, or its D444 spelling when that is what this session holds
+    (a live message of that spelling, else a family its branch rows key by it: an archived root)."""
+    found: str | None = await ctx.read(index.resolve_id, ctx.sid, root_user_id)
+    if found is not None:
+        return found
+    family: str = await ctx.read(family_key, ctx.sid, root_user_id)
+    return family
 
 
 async def _locate_root(ctx: SessionContext, family: str) -> tuple[int, dict[str, Any], int]:

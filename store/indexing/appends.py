@@ -526,17 +526,21 @@ def _is_steering(message: Mapping[str, Any]) -> bool:
 
 def _roots(conn: sqlite3.Connection, session_id: str, requests: Sequence[AppendRequest],
            pending: Mapping[str, Held], revisions_path: Path | None) -> dict[str, str | None]:
-    """:attr:`Known.roots`: nothing to read unless a request names a root other than itself."""
+    """:attr:`Known.roots`: nothing to read unless a request names a root other than itself. A named id is
+    found by the id the client chose or by its ``{sessionId}:{id}`` spelling (the message was stored so
+    because another session held that id): a family keyed by that spelling is the one the edit joins."""
     named = sorted({r for req in requests if (r := named_root(req.message)) is not None})
     if not named:
         return {}
-    live = {mid for mid, h in pending.items() if h.session_id == session_id and mid in named}
-    for marks, chunk in in_chunks(named):
+    spelled = {r: remapped_message_id(session_id, r) for r in named}
+    ask = sorted({*named, *spelled.values()})
+    live = {mid for mid, h in pending.items() if h.session_id == session_id and mid in ask}
+    for marks, chunk in in_chunks(ask):
         live.update(r[0] for r in conn.execute(
             f"SELECT id FROM messages WHERE id IN ({marks}) AND session_id = ?", (*chunk, session_id)))
-    rest = [r for r in named if r not in live]
+    rest = [r for r in named if r not in live and spelled[r] not in live]
     stored = read_revisions(revisions_path) if rest and revisions_path is not None else RevisionFile()
-    return {r: None if r in live else family_root(stored, r) for r in named}
+    return {r: family_root(stored, r, spelled[r]) if r in rest else None for r in named}
 
 
 @dataclass(frozen=True, slots=True)
