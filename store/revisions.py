@@ -646,11 +646,21 @@ def rows_from_file(
 def restore_rows(
     conn: Any, session_id: str, rf: RevisionFile, live_messages: Sequence[Mapping[str, Any]], now_ms: int
 ) -> int:
-    """Insert rows the index lost (a crash or a rebuilt database) and give every row the count the file's
+    """Insert rows the index lost (a crash or a rebuilt database), give every row the count the file's
     newest line says (a crash after a branch was archived in full, before the rewrite's transaction, left
-    the row with the count of the reference it replaced); ``is_active`` and ``created_at`` are kept. The
-    number of rows inserted or changed."""
+    the row with the count of the reference it replaced), and delete the rows of branches the file does not
+    name (it was restored from a backup or edited while the host was stopped: a row without its line would
+    list a branch no switch can restore); ``is_active`` and ``created_at`` are kept. Every writer appends a
+    branch's line before it commits its row, so the file names every branch a row was made for. The
+    number of rows inserted, changed or deleted."""
     changed = 0
+    named = set(rf.entries)
+    for root, idx in [(str(r[0]), int(r[1])) for r in conn.execute(
+            "SELECT root_user_id, revision_index FROM message_revisions WHERE session_id = ?", (session_id,))]:
+        if (root, idx) not in named:
+            changed += conn.execute(
+                "DELETE FROM message_revisions WHERE session_id = ? AND root_user_id = ? AND revision_index = ?",
+                (session_id, root, idx)).rowcount
     for root, idx, count, created in rows_from_file(rf, live_messages):
         cur = conn.execute(
             "INSERT INTO message_revisions(id, session_id, root_user_id, revision_index, is_active, "
