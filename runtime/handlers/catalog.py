@@ -76,8 +76,12 @@ def _target(conn: Any, provider_id: str) -> tuple[dict[str, Any], Any]:
     return row, proxy
 
 
-async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: float, proxy: Any) -> bytes:
-    """GET ``url``: the body of a 2xx reply (at most ``MAX_MODEL_LIST_BYTES``), else a clear error."""
+async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: float,
+                           proxy: Any) -> tuple[bytes, str | None]:
+    """GET ``url``: the raw body of a 2xx reply (at most ``MAX_MODEL_LIST_BYTES``, still in its
+    ``Content-Encoding``) and that header, else a clear error. The body is never decoded here: httpx would
+    inflate a chunk of a few KiB to whatever it holds, and answer bytes that do not inflate with an error
+    of its own (``store.config.catalog.decode_model_list`` decodes it, bounded, off the trio loop)."""
     # httpx (with the click, pygments and http.* modules it brings) is imported by the first refresh, not by the
     # host's boot: about 30 ms of a start that no other method needs (tests/host/test_boot_imports.py).
     import httpx
@@ -108,12 +112,12 @@ async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: floa
                         raise catalog.BadProviderReply(f"the provider answered HTTP {reply.status_code}",
                                                        data={"status": reply.status_code})
                     body = bytearray()
-                    async for chunk in reply.aiter_bytes():
+                    async for chunk in reply.aiter_raw():
                         body += chunk
                         if len(body) > MAX_MODEL_LIST_BYTES:
                             raise catalog.BadProviderReply(
                                 f"the provider's model list is larger than {MAX_MODEL_LIST_BYTES} bytes")
-                    return bytes(body)
+                    return bytes(body), reply.headers.get("Content-Encoding")
                 finally:
                     await reply.aclose()
     except (trio.TooSlowError, httpx.TimeoutException):
@@ -124,6 +128,10 @@ async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: floa
     except httpx.TransportError as exc:  # connect, read, proxy and protocol errors
         raise catalog.ProviderUnreachable(f"cannot reach the provider: {type(exc).__name__}",
                                           data={"error": type(exc).__name__}) from None
+
+
+def _read_model_list(raw: bytes, encoding: str | None) -> catalog.ModelList:
+    return catalog.parse_model_list(catalog.decode_model_list(raw, encoding))
 
 
 def _header_safe(value: str) -> bool:
@@ -137,7 +145,8 @@ async def refresh(ctx: HostContext, p: m.ModelsRefreshParams, key: ReceiptKey | 
     base = row.get("baseUrl")
     if not base:
         raise InvalidInput(f"provider {pid!r} has no baseUrl to list models from", data={"field": "baseUrl"})
-    headers = {"Accept": "application/json", **row["config"].get("headers", {})}
+    headers = {"Accept": "application/json", "Accept-Encoding": catalog.ACCEPTED_ENCODINGS,
+               **row["config"].get("headers", {})}
     ref = row.get("secretRef")
     if ref is not None:
         vault: Vault = ctx.services.get(VAULT)
@@ -153,9 +162,9 @@ async def refresh(ctx: HostContext, p: m.ModelsRefreshParams, key: ReceiptKey | 
                                    "carry (not ASCII, or a control character: a pasted placeholder such as "
                                    "'…'?); set the key again", data={"field": "apiKey"})
             headers["Authorization"] = f"Bearer {secret.value}"
-    body = await fetch_model_list(base.rstrip("/") + "/models", headers, timeout_s=p.timeout_ms / 1000,
-                                  proxy=proxy)
-    found = await ctx.in_thread(catalog.parse_model_list, body)  # up to 8 MiB of JSON: not on the trio loop
+    raw, encoding = await fetch_model_list(base.rstrip("/") + "/models", headers, timeout_s=p.timeout_ms / 1000,
+                                           proxy=proxy)
+    found = await ctx.in_thread(_read_model_list, raw, encoding)  # up to 8 MiB to inflate and parse: not on the loop
     now = ctx.now()
     skipped = found.skipped_view()  # in the answer (and its receipt), not in the stored refresh stamp
     extra = {} if skipped is None else {"skippedModels": skipped}

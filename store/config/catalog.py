@@ -4,7 +4,12 @@
 
     {"object": "list", "data": [{"id": "gpt-4o", "object": "model", "owned_by": "openai"}, ...]}
 
-:func:`parse_model_list` turns the body into rows or raises
+:func:`decode_model_list` undoes the reply's ``Content-Encoding`` (none,
+``identity``, ``gzip``/``x-gzip`` or ``deflate``; the host asks for no other),
+inflating at most ``MAX_MODEL_LIST_BYTES`` + 1 bytes whatever the compressed
+size, so a small compressed body cannot make the host hold a large one; more,
+bytes that do not decode, a stream cut short, stacked or other encodings are
+:class:`BadProviderReply`. :func:`parse_model_list` turns the body into rows or raises
 :class:`BadProviderReply` (not JSON, no ``data`` list, too many entries, or
 entries none of which is a usable model) — then nothing is written. An entry
 that is not an object, has no string ``id`` or an id that breaks the model-id
@@ -23,6 +28,7 @@ goes to ``kv(cache, modelRefresh:<providerId>)`` in the same transaction.
 from __future__ import annotations
 
 import sqlite3
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -33,7 +39,13 @@ from store.config.settings import set_value
 from store.config.settings_rules import REFRESH_STAMP_PREFIX
 from store.errors import DamagedRecord, InvalidInput, LimitExceeded, NotFound, StoreError
 from store.jsonio import Readable, loads_stored, readable, stored_value
-from store.rules import MAX_MODELS_PER_PROVIDER, MAX_REF_CHARS, MAX_SKIPPED_MODELS_SHOWN, model_id_problem
+from store.rules import (
+    MAX_MODEL_LIST_BYTES,
+    MAX_MODELS_PER_PROVIDER,
+    MAX_REF_CHARS,
+    MAX_SKIPPED_MODELS_SHOWN,
+    model_id_problem,
+)
 
 __all__ = [
     "BadProviderReply",
@@ -43,7 +55,9 @@ __all__ = [
     "ProviderUnauthorized",
     "ProviderUnreachable",
     "SkippedModel",
+    "ACCEPTED_ENCODINGS",
     "apply_refresh",
+    "decode_model_list",
     "delete_user_model",
     "list_models",
     "parse_model_list",
@@ -52,6 +66,9 @@ __all__ = [
 ]
 
 SOURCES: Final = ("bundled", "discovered", "user")
+ACCEPTED_ENCODINGS: Final = "gzip, deflate"
+"""The ``Accept-Encoding`` of a refresh: what :func:`decode_model_list` reads."""
+_INFLATE_BITS: Final = {"gzip": zlib.MAX_WBITS | 16, "x-gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
 _COLUMNS = ("provider_id, model_id, display_name, source, capabilities_json, context_window, max_output_tokens, "
             "deprecated, updated_at")
 
@@ -121,6 +138,42 @@ def _entry_problem(entry: object) -> str | None:
     if not isinstance(mid, str):
         return "no id: a model id must be a string"
     return model_id_problem(mid)
+
+
+def decode_model_list(raw: bytes, content_encoding: str | None) -> bytes:
+    """The model list a provider sent as ``raw`` bytes with the header ``Content-Encoding: content_encoding``,
+    decoded; at most ``MAX_MODEL_LIST_BYTES`` (:class:`BadProviderReply` beyond, or when it does not decode)."""
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+    if not codings:
+        body = raw
+    elif len(codings) > 1 or codings[0] not in _INFLATE_BITS:
+        raise BadProviderReply(f"the provider's model list is sent with Content-Encoding {content_encoding!r}; "
+                               f"this host reads {ACCEPTED_ENCODINGS} or none",
+                               data={"contentEncoding": (content_encoding or "")[:200]})
+    else:
+        body = _inflate(raw, codings[0])
+    if len(body) > MAX_MODEL_LIST_BYTES:
+        raise BadProviderReply(f"the provider's model list is larger than {MAX_MODEL_LIST_BYTES} bytes")
+    return body
+
+
+def _inflate(raw: bytes, coding: str) -> bytes:
+    """``raw`` inflated, never more than one byte past the cap (a deflate body without its zlib header, as some
+    servers send it, is read as the raw stream it is)."""
+    tries = [_INFLATE_BITS[coding]] + ([-zlib.MAX_WBITS] if coding == "deflate" else [])
+    for bits in tries:
+        inflater = zlib.decompressobj(bits)
+        try:
+            body = inflater.decompress(raw, MAX_MODEL_LIST_BYTES + 1)
+        except zlib.error:
+            continue
+        if len(body) > MAX_MODEL_LIST_BYTES:
+            return body  # the caller refuses it; the rest is never inflated
+        if not inflater.eof:
+            raise BadProviderReply(f"the provider's model list ends before its {coding} stream does")
+        return body
+    raise BadProviderReply(f"the provider's model list does not decode as {coding}, its Content-Encoding")
 
 
 def parse_model_list(body: bytes) -> ModelList:
