@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from store.config.settings import get_value, set_value
+from store.config.settings import delete_value, get_value, set_value
+from store.config.settings_rules import REFRESH_STAMP_PREFIX
 from store.errors import Conflict, InvalidInput, LimitExceeded, NotFound, PayloadTooLarge
 from store.jsonio import Readable, loads_stored, readable
 from store.rules import MAX_PROVIDER_CONFIG_BYTES, MAX_PROVIDERS, is_credential_value
@@ -278,9 +279,11 @@ def update_provider(conn: sqlite3.Connection, provider_id: str, changes: Mapping
 
 
 def delete_provider(conn: sqlite3.Connection, provider_id: str, now_ms: int) -> None:
-    """Delete the row (its models cascade) and drop its id from the saved display order: a new
-    provider created later under the same id is new, and lists after the ordered ones."""
+    """Delete the row (its models cascade, and its catalog's refresh stamp goes with them) and drop its id
+    from the saved display order: a new provider created later under the same id is new, lists after the
+    ordered ones and has never been refreshed."""
     conn.execute("DELETE FROM providers WHERE id = ?", (provider_id,))
+    delete_value(conn, "cache", f"{REFRESH_STAMP_PREFIX}{provider_id}")
     order = order_ids(conn)
     if provider_id in order:
         set_value(conn, *ORDER_KEY, [pid for pid in order if pid != provider_id], now_ms)
