@@ -414,6 +414,8 @@ def plan_write(ns: str, current: Mapping[str, Any], changes: Mapping[str, Any], 
         stored_key = canonical_key(ns, key)
         if ns == "projectMemory" and (not stored_key or len(stored_key) > MAX_PATH_CHARS):
             raise _bad(ns, key, f"must be a project path of 1-{MAX_PATH_CHARS} characters")
+        if rules.kind == "cache" and key.startswith(REFRESH_STAMP_PREFIX):  # set, update or delete alike
+            raise _bad(ns, key, "refresh stamps are written by models.refresh")
         if value is DELETE:
             new: Any = DELETE
         else:
@@ -442,8 +444,6 @@ def _plain_value(ns: str, rules: NsRules, key: str, value: Any, now_ms: int) -> 
         memory = normalize_memory(value, now_ms, field=key)
         return DELETE if memory is EMPTY else memory
     if rules.kind == "cache":
-        if key.startswith(REFRESH_STAMP_PREFIX):
-            raise _bad(ns, key, "refresh stamps are written by models.refresh")
         if key == RECENT_MODELS_KEY:
             try:
                 value = _recent_models(value)

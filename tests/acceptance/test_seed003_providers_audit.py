@@ -180,7 +180,8 @@ async def test_a_refresh_against_garbage_slow_or_huge_replies_is_a_clear_error_a
     resident peak stays well under the bomb's size), and bytes that do not decode are a bad reply, not an
     internal error. A redirect is another status: not followed, so the key goes nowhere else. After each
     refusal the catalog, its refresh stamp and every other row and file are as they were, and the key never
-    shows in an error; a good list (gzip-encoded too) is taken afterwards."""
+    shows in an error; a good list (gzip-encoded too) is taken afterwards. A provider deleted while its refresh
+    waits for the list gets nothing written for it when the list comes (``NOT_FOUND``, no model, no stamp)."""
     root = data_dir(tmp_path)
     key = "sk-misbehave-5e1d9c"
     bomb = zeros_gzip(64)
@@ -220,10 +221,10 @@ async def test_a_refresh_against_garbage_slow_or_huge_replies_is_a_clear_error_a
                 ("a redirect", send(http(302, b"", f"Location: {steal}/models")), (BAD,), 20_000),
                 ("not http at all", send(b"SSH-2.0-OpenSSH_9.6\r\n" + bytes(range(256))), (BAD, GONE), 20_000),
                 ("a body cut short", send(http(200, listing)[:-40]), (BAD, GONE), 20_000),
-                ("silence", silent, (LATE,), 1_000),
-                ("headers a byte at a time", drip(b"HTTP/1.1 200 OK\r\n", b"X"), (LATE,), 1_000),
+                ("silence", silent, (LATE,), 500),
+                ("headers a byte at a time", drip(b"HTTP/1.1 200 OK\r\n", b"X"), (LATE,), 500),
                 ("a body a byte at a time", drip(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"), (LATE,),
-                 1_000),
+                 500),
             ]
             for name, script, codes, timeout_ms in scenarios:
                 server.script = script
@@ -244,6 +245,29 @@ async def test_a_refresh_against_garbage_slow_or_huge_replies_is_a_clear_error_a
             assert (await c.call("models.refresh", {"providerId": "hp"}))["listed"] == 4
             server.script = send(http(200, zlib.compress(listing), "Content-Encoding: deflate"))
             assert (await c.call("models.refresh", {"providerId": "hp"}))["deprecated"] == ["gpt-d"]
+
+            # deleted while its refresh waits for the provider: the late list lands nowhere
+            arrived, release = trio.Event(), trio.Event()
+
+            async def late(stream: trio.SocketStream) -> None:
+                arrived.set()
+                await release.wait()
+                await stream.send_all(http(200, listing))
+
+            server.script = late
+            outcome: list[str | None] = []
+
+            async def refresh() -> None:
+                outcome.append(await code_of(c, "models.refresh", {"providerId": "hp"}))
+
+            async with trio.open_nursery() as nursery, client(proc, "deleter", "ui") as other:
+                nursery.start_soon(refresh)
+                await arrived.wait()
+                await other.call("providers.delete", {"providerId": "hp"})
+                release.set()
+            assert outcome == ["NOT_FOUND"]
+            assert rows(root, "SELECT COUNT(*) FROM models WHERE provider_id = 'hp'") == [(0,)]
+            assert "value" not in await c.call("settings.get", {"ns": "cache", "key": "modelRefresh:hp"})
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -396,6 +420,10 @@ BAD_INPUT: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("secrets.set", {"ref": "configSync/vaultKey", "value": "not a vault key"}, ("INVALID_PARAMS",)),
     ("secrets.get", {"ref": "never/set"}, ("NOT_FOUND",)),
     ("settings.set", {"ns": "cache", "key": "modelRefresh:bad-keep", "value": {"listed": 1}}, ("INVALID_PARAMS",)),
+    ("settings.delete", {"ns": "cache", "key": "modelRefresh:bad-keep"}, ("INVALID_PARAMS",)),
+    ("settings.update", {"ns": "cache", "values": {"modelRefresh:bad-keep": None}}, ("INVALID_PARAMS",)),
+    ("settings.update", {"ns": "cache", "values": {"modelRefresh:other": {"listed": 9}}}, ("INVALID_PARAMS",)),
+    ("settings.delete", {"ns": "app", "key": "providers.order"}, ("INVALID_PARAMS",)),
     ("settings.set", {"ns": "cache", "key": "recentModels",
                       "value": [{"providerId": "p", "modelId": f"m{i}"} for i in range(21)]}, ("INVALID_PARAMS",)),
     ("settings.set", {"ns": "cache", "key": "recentModels",
@@ -432,6 +460,7 @@ async def test_bad_input_is_refused_with_a_clear_code_and_changes_nothing(shared
                                                "apiKey": "sk-bad-keep-0001"})
             await ui.call("providers.create", {"id": "bad-no-url", "name": "No URL"})
             await ui.call("models.refresh", {"providerId": "bad-keep"})
+            await ui.call("providers.reorder", {"providerIds": ["bad-no-url", "bad-keep"]})
             state = probe.state(root)
             for method, params, codes in BAD_INPUT:
                 failed = await refused(ui, method, params)
@@ -620,7 +649,10 @@ async def test_no_secret_value_is_ever_in_plain_text_in_the_data_directory_logs_
     values = {"provider key": "sk-plain-" + "c0ffee12" * 4, "rotated key": "rot-" + "9d8c7b6a" * 4,
               "mcp token": "mcp-" + "a1b2c3d4" * 4, "replayed value": "replay-" + "5e6f7a8b" * 4,
               "conflicting value": "conflict-" + "0badf00d" * 4, "webdav password": "dav-" + "feedbeef" * 4,
-              "deleted key": "gone-" + "deadc0de" * 4}
+              "deleted key": "gone-" + "deadc0de" * 4, "refused key": "refused-" + "77665544" * 4,
+              "proxy password": "proxypw-" + "31415926" * 4, "url password": "urlpw-" + "27182818" * 4,
+              "header key": "hdrkey-" + "16180339" * 4}
+    vault_key = base64.b64encode(bytes(range(32))).decode()
     root = data_dir(tmp_path)
     with trio.fail_after(120), FakeProvider(Reply(models=MODELS, api_key=values["provider key"])) as server:
         async with real_host(root) as (proc, ui), client(proc, "watcher", "ui") as watch, \
@@ -640,8 +672,20 @@ async def test_no_secret_value_is_ever_in_plain_text_in_the_data_directory_logs_
             assert conflict.data_code == "IDEMPOTENCY_CONFLICT"
             free_of([conflict.message, conflict.data], values, "the conflict's error")
             answers.append(await ui.call("configSync.configure", {
-                "webdavUrl": "https://dav.example/pi", "webdavUsername": "ada",
+                "webdavUrl": "https://dav.example/pi", "webdavUsername": "ada", "vaultKey": vault_key,
                 "webdavPassword": values["webdav password"], "submissionId": "cs-1"}))
+            for method, params in (  # refused, and the value they carried is not kept anywhere either
+                    ("providers.create", {"id": "p3", "name": "Three", "apiKey": values["refused key"] + "\n"}),
+                    ("providers.update", {"providerId": "p1", "apiKey": values["refused key"] * 2000}),
+                    ("providers.create", {"id": "p3", "name": "Three",
+                                          "baseUrl": f"https://ada:{values['url password']}@llm.example/v1"}),
+                    ("providers.create", {"id": "p3", "name": "Three",
+                                          "config": {"headers": {"X-Api-Key": values["header key"]}}}),
+                    ("settings.set", {"key": "networkProxy", "value": {
+                        "mode": "manual", "url": f"http://ada:{values['proxy password']}@proxy.example:8080"}})):
+                failed = await refused(ui, method, params)
+                assert failed.data_code in ("INVALID_PARAMS", "PAYLOAD_TOO_LARGE"), (method, failed.data_code)
+                free_of([failed.message, failed.data], values, f"{method}'s refusal")
             await ui.call("providers.create", {"id": "p2", "name": "Two", "apiKey": values["deleted key"]})
             answers.append(await ui.call("providers.delete", {"providerId": "p2", "submissionId": "d-1"}))
             sid = (await ui.call("session.create", {"title": "run"}))["id"]
@@ -694,6 +738,17 @@ async def test_no_secret_value_is_ever_in_plain_text_in_the_data_directory_logs_
         finally:
             assert restarted.terminate() == 0  # a clean stop folds the WAL into pi.sqlite
         assert plain_copies(root, values) == []
+        # README §8.7: the bundle carries "user providers *without keys*": another host applying it gets p1 keyless
+        (tmp_path / "other").mkdir()
+        other = data_dir(tmp_path / "other")
+        async with real_host(other) as (_proc, there):
+            await there.call("configSync.configure", {"vaultKey": vault_key})
+            await there.call("configSync.apply", {"bundleBase64": bundle["bundleBase64"]})
+            synced = (await there.call("providers.get", {"providerId": "p1"}))["provider"]
+            assert synced["hasApiKey"] is False and synced["name"] == "One"
+            assert [m["ref"] for m in (await there.call("secrets.list", {}))["secrets"]] == ["configSync/vaultKey"]
+            assert await code_of(there, "secrets.get", {"ref": "provider/p1"}) == "NOT_FOUND"
+        assert plain_copies(other, values) == []
 
 
 # ------------------------------------------------------------------------------------------------------------
