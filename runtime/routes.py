@@ -292,7 +292,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType({
     "providers.update":            on_host(providers.update, fingerprint=providers.fingerprint),
     "providers.delete":            on_host(providers.delete),
     "providers.reorder":           in_writer(providers.reorder),
-    "providers.sync":              in_writer(providers.sync, plugins=True),
+    "providers.sync":              on_host(providers.sync, plugins=True),
     "models.list":                 from_reads(catalog.list_models, plugins=True),
     "models.add":                  in_writer(catalog.add),
     "models.remove":               in_writer(catalog.remove),

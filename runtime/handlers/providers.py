@@ -12,7 +12,8 @@ and receipts fingerprint it with a keyed MAC, like ``secrets.set``.
 
 Ownership: the user path (any non-plugin connection) creates, edits and
 deletes rows without ``owner_plugin_id``; a plugin connection sees only its own
-rows and refreshes them with ``providers.sync``.
+rows and refreshes them with ``providers.sync``, which deletes the rows it no
+longer declares as ``providers.delete`` does (models and stored key with them).
 """
 
 from __future__ import annotations
@@ -239,32 +240,70 @@ def reorder(ctx: WriterContext, p: m.ProvidersReorderParams, key: ReceiptKey | N
 # -- a plugin's own rows ---------------------------------------------------------------
 
 
-def sync(ctx: WriterContext, p: m.ProvidersSyncParams, key: ReceiptKey | None) -> Any:
-    """Upsert every declared row as the calling plugin's, delete its rows it no longer declares."""
+async def sync(ctx: HostContext, p: m.ProvidersSyncParams, key: ReceiptKey | None) -> Any:
+    """Upsert every declared row as the calling plugin's, delete its rows it no longer declares.
+
+    A row deleted here goes as in ``providers.delete``: its models cascade and the key stored for it (a user
+    may give a plugin's row a key with ``secrets.set``) is removed, file first, then the rows; a provider made
+    later under that id does not inherit it. Everything a sync can be refused for (a duplicate, a bad field,
+    another owner's row) is checked before a key file goes; a commit refused after that puts them back."""
     plugin = ctx.caller.plugin_id
     if plugin is None:
         raise PermissionDenied("providers.sync is for plugin connections (the user path uses providers.create)")
-    conn, now = ctx.conn, ctx.now
     declared: dict[str, Any] = {}
     for decl in p.providers:
         if decl.id in declared:
             raise Conflict(f"provider {decl.id!r} is declared twice", data={"providerId": decl.id})
         declared[decl.id] = decl
-    for pid, decl in declared.items():
-        fields = _fields(decl, only_set=False)
+    fields = {pid: _fields(decl, only_set=False) for pid, decl in declared.items()}
+    vault: Vault = ctx.services.get(VAULT)
+
+    def dropped(conn: Any) -> dict[str, str]:
+        """The plugin's rows it no longer declares -> the ref of the key stored for each."""
+        for pid in declared:
+            try:
+                row = store.provider_head(conn, pid)
+            except NotFound:
+                continue
+            require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {pid}")
+        before = store.list_providers(conn, owner=plugin)
+        gone = [pid for pid in [*(r["id"] for r in before.items), *before.unreadable] if pid not in declared]
+        return {pid: store.provider_head(conn, pid)["secretRef"] or store.secret_ref_for(pid) for pid in gone}
+
+    async with _lock(ctx.services):
+        refs = await ctx.read(dropped)
+        now = ctx.now()
+        async with vault.lock:
+            stored = await vault.before(*refs.values())
+            for ref, blob in stored.items():
+                if blob is not None:
+                    await vault.run(lambda ref=ref: vault.store.delete(ref, now_ms=now))
+
+        def effect(conn: Any) -> Any:
+            for pid, decl_fields in fields.items():
+                try:
+                    row = store.provider_head(conn, pid)
+                except NotFound:
+                    store.insert_provider(conn, pid, decl_fields, secret_ref=None, owner=plugin, now_ms=now)
+                    continue
+                require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {pid}")
+                store.update_provider(conn, pid, decl_fields, now_ms=now)
+            before = store.list_providers(conn, owner=plugin)
+            removed = [pid for pid in [*(r["id"] for r in before.items), *before.unreadable] if pid not in declared]
+            for pid in removed:
+                ref = store.provider_head(conn, pid)["secretRef"] or store.secret_ref_for(pid)
+                store.delete_provider(conn, pid, now)
+                secret_store.delete_meta(conn, ref)
+            rows = store.list_providers(conn, owner=plugin)
+            return rows.map(store.provider_view).result("providers", removed=removed)
+
         try:
-            row = store.provider_head(conn, pid)
-        except NotFound:
-            store.insert_provider(conn, pid, fields, secret_ref=None, owner=plugin, now_ms=now)
-            continue
-        require_owner(ctx.caller, row["ownerPluginId"], what=f"provider {pid}")
-        store.update_provider(conn, pid, fields, now_ms=now)
-    before = store.list_providers(conn, owner=plugin)
-    removed = [pid for pid in [*(r["id"] for r in before.items), *before.unreadable] if pid not in declared]
-    for pid in removed:
-        store.delete_provider(conn, pid, now)
-    rows = store.list_providers(conn, owner=plugin)
-    changed = sorted({*declared, *removed})
+            result = await ctx.commit(effect)
+        except StoreError:
+            async with vault.lock:
+                await vault.take_back(ctx, stored, lambda conn: not any(_exists(conn, pid) for pid in refs))
+            raise
+    changed = sorted({*declared, *result["removed"]})
     if changed:
         ctx.publish(TOPIC, {"providerIds": changed})
-    return rows.map(store.provider_view).result("providers", removed=removed)
+    return result

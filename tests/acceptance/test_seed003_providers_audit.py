@@ -330,7 +330,9 @@ async def test_a_plugins_rows_and_the_users_rows_each_answer_only_to_their_owner
     """§4.3 owner_plugin_id: "the plugin refreshes its own fields on every load, while the user path may edit
     or delete only the rows it owns"; README §8.3 "the user path may not edit or delete them
     (PERMISSION_DENIED); a plugin may not touch a user row or another plugin's"; §8.5 uninstall "releases the
-    plugin's provider rows to the user" (then the user may edit and delete them)."""
+    plugin's provider rows to the user" (then the user may edit and delete them). A row the plugin stops
+    declaring is "deleted" (README ``providers.sync``) as a user's is: its models and the key the user stored
+    for it go too, so a provider made later under its id does not inherit that key."""
     with trio.fail_after(60):
         async with client(shared, "own-ui", "ui") as ui, client(shared, "own-a", "plugin", "own.a") as a, \
                 client(shared, "own-b", "plugin", "own.b") as b:
@@ -360,6 +362,26 @@ async def test_a_plugins_rows_and_the_users_rows_each_answer_only_to_their_owner
             assert [p["id"] for p in (await a.call("providers.list", {}))["providers"]] == ["own-a-gw"]
             assert [m["modelId"] for m in (await a.call("models.list", {}))["models"]] == ["a-model"]
             assert (await b.call("providers.list", {}))["providers"] == []
+            # the user gives a plugin's second gateway a key (its row's secretRef follows the store); the plugin
+            # then stops declaring it: the row goes with its models and its key, as a deleted provider's do
+            await a.call("providers.sync", {"providers": [{"id": "own-a-gw", "name": "A gateway",
+                                                           "baseUrl": "http://127.0.0.1:9/v1"},
+                                                          {"id": "own-a-gw2", "name": "A second gateway"}]})
+            await ui.call("secrets.set", {"ref": "provider/own-a-gw2", "value": "sk-for-a-gateway-73a1",
+                                          "ownerKind": "provider", "ownerId": "own-a-gw2"})
+            await ui.call("models.add", {"providerId": "own-a-gw2", "modelId": "gw2-model"})
+            assert (await a.call("providers.get", {"providerId": "own-a-gw2"}))["provider"]["hasApiKey"] is True
+            files = secret_files(shared.data_dir)
+            dropped = await a.call("providers.sync", {"providers": [{"id": "own-a-gw", "name": "A gateway",
+                                                                     "baseUrl": "http://127.0.0.1:9/v1"}]})
+            assert dropped["removed"] == ["own-a-gw2"]
+            assert await code_of(ui, "secrets.get", {"ref": "provider/own-a-gw2"}) == "NOT_FOUND"
+            assert [m for m in (await ui.call("secrets.list", {}))["secrets"] if m["ref"] == "provider/own-a-gw2"] == []
+            assert len(secret_files(shared.data_dir)) == len(files) - 1
+            assert [m for m in (await ui.call("models.list", {}))["models"] if m["providerId"] == "own-a-gw2"] == []
+            mine = (await ui.call("providers.create", {"id": "own-a-gw2", "name": "Mine now"}))["provider"]
+            assert mine["hasApiKey"] is False, "a new provider under the id got the plugin row's old key"
+            await ui.call("providers.delete", {"providerId": "own-a-gw2"})
             out = await ui.call("plugins.uninstall", {"pluginId": "own.a"})
             assert out["providersReleased"] == ["own-a-gw"]
             released = (await ui.call("providers.get", {"providerId": "own-a-gw"}))["provider"]
@@ -779,7 +801,8 @@ async def test_provider_writes_killed_at_each_moment_and_retried_have_exactly_on
     again and the call retried twice with its submissionId: both retries answer alike and as a crash-free call
     does (shape and values), and there is exactly one effect: one row, one secrets_meta entry and one value
     file per key, the new key readable, the old one gone, a deleted provider's models and key gone; no other
-    provider is touched."""
+    provider is touched. The same for a plugin's ``providers.sync`` that drops its row killed before it
+    commits."""
     root = data_dir(tmp_path)
     with trio.fail_after(300):
         async with real_host(root, client_id="crash-ui") as (_proc, c):
@@ -790,10 +813,14 @@ async def test_provider_writes_killed_at_each_moment_and_retried_have_exactly_on
                 if method != "providers.create":
                     await c.call("providers.create", {"id": f"k{i}", "name": "Before", "apiKey": OLD})
                     await c.call("models.add", {"providerId": f"k{i}", "modelId": "kept-model"})
+            async with client(_proc, "crash-pl", "plugin", "crash.pl") as plugin:  # a plugin's row with a key
+                await plugin.call("providers.sync", {"providers": [{"id": "pg", "name": "Plugin gateway"}]})
+            await c.call("secrets.set", {"ref": "provider/pg", "value": OLD})
             await c.call("providers.create", {"id": "ref-u", "name": "Before", "apiKey": OLD})
             reference["providers.update"] = await c.call("providers.update", {"providerId": "ref-u", "name": "Renamed",
                                                                               "apiKey": NEW})
-        expected_ids = {"ref-c", "ref-u"} | {f"k{i}" for i, (m, _) in enumerate(CELLS) if m != "providers.create"}
+        expected_ids = {"ref-c", "ref-u", "pg"} | {f"k{i}" for i, (m, _) in enumerate(CELLS)
+                                                   if m != "providers.create"}
         for i, (method, point) in enumerate(CELLS):
             pid = f"k{i}"
             params: dict[str, Any] = {
@@ -833,6 +860,21 @@ async def test_provider_writes_killed_at_each_moment_and_retried_have_exactly_on
                     ("provider", pid, "file_fallback")], point
                 listed = [p["id"] for p in (await c.call("providers.list", {}))["providers"]]
                 assert sorted(listed) == sorted(expected_ids), point
+        # the plugin stops declaring its row (README providers.sync: deleted, with the key the user stored for it),
+        # killed once the key's file went and before the rows commit
+        sync = {"providers": [], "submissionId": "sync-1"}
+        files = secret_files(root)
+        await call_killed_at(root, "providers.sync.before_commit", "providers.sync", sync, client_id="crash-pl",
+                             client_kind="plugin", plugin_id="crash.pl")
+        async with real_host(root, "plugin", "crash-pl", "crash.pl") as (proc, plugin), \
+                client(proc, "crash-ui", "ui") as c:
+            first = await plugin.call("providers.sync", sync)
+            assert await plugin.call("providers.sync", sync) == first
+            assert (first["providers"], first["removed"]) == ([], ["pg"])
+            assert await code_of(c, "providers.get", {"providerId": "pg"}) == "NOT_FOUND"
+            assert await code_of(c, "secrets.get", {"ref": "provider/pg"}) == "NOT_FOUND"
+            assert len(secret_files(root)) == len(files) - 1
+            expected_ids.discard("pg")
         async with real_host(root, client_id="crash-ui") as (_proc, c):
             listed = (await c.call("providers.list", {}))["providers"]
             assert sorted(p["id"] for p in listed) == sorted(expected_ids)

@@ -157,7 +157,7 @@ MATRIX: dict[str, tuple[str, ...]] = {
     "providers.create": (*INDEX, *_commit("providers.create"), *_file("secrets.write")),
     "providers.delete": (*INDEX, *_commit("providers.delete")),
     "providers.reorder": (*INDEX,),
-    "providers.sync": (*INDEX,),
+    "providers.sync": (*INDEX, *_commit("providers.sync")),
     "providers.update": (*INDEX, *_commit("providers.update"), *_file("secrets.write")),
     "review.record": (*INDEX, *_commit("review.record"), *_file("review.before"), *_file("review.meta")),
     "review.restore": (
@@ -461,7 +461,7 @@ ELSEWHERE: dict[tuple[str, str], str] = {
 
 # The DB-only methods (one writer transaction: effect and receipt) whose index.after_commit runs in CI: one path
 # (runtime/pipeline._writer_op), a few handlers; the others' with the long tail.
-_WRITER_SAMPLE = frozenset({"attachments.ref", "notifications.markAllRead", "providers.sync", "settings.update",
+_WRITER_SAMPLE = frozenset({"attachments.ref", "notifications.markAllRead", "providers.reorder", "settings.update",
                             "tasks.update"})
 
 
