@@ -14,14 +14,16 @@ each step (tests/secrets/test_crash_retry_answers.py); exports redacting stored 
 (test_seed003_config_outsider.py, tests/projects/test_workspace.py).
 
 What this module adds: a provider that answers garbage, slowly, or with huge or compressed bodies (each a
-clear code, the old catalog and its stamp kept, the host's memory bounded, no redirect followed); provider
-create/update/delete SIGKILLed at several moments of their default suite run (not only the soak) and retried
-to one effect; a deleted provider's id starting over with no models and no key; every secret value written
-through every door (secrets.set, provider keys, a rotated and a deleted key, the WebDAV password, a replay
-carrying another value) grepped as raw bytes (and base64, hex, UTF-16) in every file of the data directory,
-the WAL of a killed host included, in exports, events, the audit log and doctor's output; who may read a secret
-value and who may touch whose provider rows; a sweep of bad input that must change nothing; the uninstall of a
-plugin's fullest namespace never seen half done; and a sidebar reset that changes nothing else at all.
+clear code, the old catalog and its stamp kept, the host's memory bounded, no redirect followed) or that answers
+after its provider was deleted; provider create/update/delete and a plugin's sync SIGKILLed at several moments
+in the default suite run (not only the soak) and retried to one effect; a deleted provider's id starting over
+with no models, no refresh stamp and no key, whether the user deleted it or its plugin stopped declaring it;
+every secret value written through every door (secrets.set, provider keys, a rotated and a deleted key, the
+WebDAV password, a replay carrying another value, refused requests carrying one) grepped as raw bytes (and
+base64, hex, UTF-16) in every file of the data directory, the WAL of a killed host included, in exports, the
+config-sync bundle (and the host it is applied on), events, the audit log and doctor's output; who may read a
+secret value and who may touch whose provider rows; a sweep of bad input that must change nothing; the
+uninstall of a plugin's fullest namespace never seen half done; and a sidebar reset that changes nothing else.
 """
 
 from __future__ import annotations
@@ -286,6 +288,11 @@ async def test_only_the_ui_and_the_agent_read_a_secret_value_and_a_plugin_touche
         async with client(shared, "roles-ui", "ui") as ui:
             await ui.call("providers.create", {"id": "roles", "name": "Roles", "apiKey": value})
             await ui.call("secrets.set", {"ref": "mcp/roles", "value": value, "ownerKind": "mcp"})
+            await ui.call("secrets.set", {"ref": "plain/roles", "value": value})
+            plain = [m for m in (await ui.call("secrets.list", {}))["secrets"] if m["ref"] == "plain/roles"]
+            # §4.12: owner_kind DEFAULT 'provider', kind DEFAULT 'api_key', backend file_fallback
+            assert [(m["ownerKind"], m["kind"], m["backend"], m.get("ownerId")) for m in plain] == [
+                ("provider", "api_key", "file_fallback", None)]
             for kind in ("ui", "agent", "sidecar"):
                 async with client(shared, f"roles-{kind}", kind) as c:
                     for ref in ("provider/roles", "mcp/roles"):
