@@ -757,6 +757,8 @@ async def test_no_secret_value_is_ever_in_plain_text_in_the_data_directory_logs_
         assert plain_copies(root, values) == []
         names = [p.name for p in (root / "secrets").iterdir()]
         assert not [n for n in names if "p1" in n or "mcp" in n or "tool" in n], names
+        for path in [root / "secrets", *(root / "secrets").iterdir()]:  # owner-only, the machine key beside them
+            assert path.stat().st_mode & 0o077 == 0, f"{path.name}: {oct(path.stat().st_mode)}"
         report = run_cli("--data-dir", str(root), "doctor", "--json")
         free_of(report.stdout + report.stderr, values, "pi-host doctor's report")
         restarted = start_host_process(root)
