@@ -41,7 +41,9 @@ Rules:
   is already promoted keeps its place (a repeated click changes nothing).
 * ``reorder`` swaps the position values of an unpromoted entry and its
   adjacent unpromoted neighbour; it refuses promoted entries and moves past
-  either end (``CONFLICT``).
+  either end (``CONFLICT``). An entry offered again (leases, below) is listed
+  first whatever its position: it is refused too and is nobody's neighbour,
+  so every reorder that answers moves its entry in the listed order.
 
 Leases (schema v30): ``take`` does not delete the entry it hands out; it
 leases it (``lease = 'taken'``), so a controller (or the host) that dies
@@ -532,7 +534,15 @@ def plan_reorder(snap: Snapshot, entry_id: str, direction: str) -> Plan:
         raise InvalidInput("direction must be 'up' or 'down'", data={"field": "direction"})
     entry = snap.find(entry_id)
     transition(entry, "reorder")
-    line = sorted((e for e in snap.entries if e.state == "queued"), key=lambda e: e.position)
+    if entry.lease == "offered":
+        raise Conflict(
+            f"queue entry {entry.id} was handed out before and is offered again first; it cannot be reordered",
+            data={"sessionId": snap.session_id, "entryId": entry.id, "state": "offered", "operation": "reorder"},
+        )
+    # The neighbours a person sees: an entry offered again is listed first whatever its position, so
+    # swapping position values with it would answer a move that changes nothing in the list.
+    line = sorted((e for e in snap.entries if e.state == "queued" and e.lease != "offered"),
+                  key=lambda e: e.position)
     i = next(k for k, e in enumerate(line) if e.id == entry.id)
     j = i - 1 if direction == "up" else i + 1
     if not 0 <= j < len(line):

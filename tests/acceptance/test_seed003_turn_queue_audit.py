@@ -371,6 +371,43 @@ async def test_send_now_and_reorder_at_the_edges(shared: HostProcess) -> None:
             assert drained == list("adcf")
 
 
+async def test_a_reorder_moves_what_the_list_shows_also_beside_a_prompt_offered_again(shared: HostProcess) -> None:
+    """§4.6b "queueReorder swaps two adjacent non-promoted position values", read as a person clicking the
+    arrows reads it: the entries are adjacent in the list they see. A prompt handed out and offered again (a
+    controller attached meanwhile, as a restarted sidecar does) is listed first whatever its position, so it
+    is nobody's neighbour and cannot be moved itself (CONFLICT, nothing changes); every reorder that answers
+    moves its entry in the listed order, and the next take hands out the listed first.
+
+    Before the fix the host answered the reorder and changed nothing visible: the entry below the offered one
+    "moved up" by swapping position values with it (still listed first), and the offered one "moved down"
+    past the entry two places below it."""
+    with trio.fail_after(60):
+        async with client(shared, "offered-agent", kind="agent") as agent:
+            sid = (await agent.call("session.create", {}))["id"]
+            e = {x: (await _pushed(agent, _push(sid, x)))["entry"] for x in "abcd"}
+            by_id = {v["id"]: k for k, v in e.items()}
+
+            async def names() -> list[str]:
+                return [by_id[i] for i in await _ids(agent, sid)]
+
+            await agent.call("session.queueAttach", {"sessionId": sid, "controllerId": "first-ctl"})
+            assert (await _take(agent, sid, "first-ctl"))["entry"]["id"] == e["a"]["id"]
+            await agent.call("session.queueAttach", {"sessionId": sid, "controllerId": "second-ctl"})
+            before = await _state(agent, sid)
+            assert await names() == list("abcd")
+            for x, direction in (("a", "down"), ("a", "up"), ("b", "up")):
+                code = await code_of(agent, "session.queueReorder",
+                                     {"sessionId": sid, "entryId": e[x]["id"], "direction": direction})
+                assert code == "CONFLICT", (x, direction)
+                assert await _state(agent, sid) == before, (x, direction)
+            await agent.call("session.queueReorder", {"sessionId": sid, "entryId": e["b"]["id"], "direction": "down"})
+            assert await names() == list("acbd")
+            await agent.call("session.queueReorder", {"sessionId": sid, "entryId": e["d"]["id"], "direction": "up"})
+            assert await names() == list("acdb")
+            assert (await _take(agent, sid, "second-ctl"))["entry"]["id"] == e["a"]["id"]
+            assert await names() == list("cdb")
+
+
 # ---------------------------------------------------- §4.6b SIGKILL at several moments of a queue write
 
 async def test_queue_writes_killed_at_each_moment_have_one_effect_after_their_retry(tmp_path: Path) -> None:

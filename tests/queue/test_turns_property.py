@@ -379,8 +379,9 @@ class TurnsMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 7), direction=st.sampled_from(["up", "down"]))
     def reorder(self, i: int, direction: str) -> None:
         entry = self.m.entries[i % len(self.m.entries)]
-        line = sorted((e for e in self.m.entries if e.priority is None), key=lambda e: e.position)
-        ok = entry.priority is None
+        # an entry offered again is listed first whatever its position: not moved, and nobody's neighbour
+        line = sorted((e for e in self.m.entries if e.priority is None and not e.first), key=lambda e: e.position)
+        ok = entry.priority is None and not entry.first
         j = 0
         if ok:
             k = line.index(entry)
