@@ -308,6 +308,45 @@ async def test_clients_pushing_into_a_nearly_full_queue_at_once_never_make_a_nin
             assert len(final["entries"]) == 8 and taken["id"] not in {e["id"] for e in final["entries"]}
 
 
+async def test_send_now_clicks_and_a_delete_racing_from_several_clients(shared: HostProcess) -> None:
+    """§4.6b "a promotion writes MAX(priority) + 1 inside the session": four people clicking "send now" on
+    four entries at once get four distinct numbers 1-4, listed in that order; all four clicking one entry
+    promote it once. "Deleting the session cascades to its entries": pushes racing the delete either land
+    before it (and go with it) or find no session; nothing of the queue is left to a session created again
+    under the id."""
+    with trio.fail_after(60):
+        async with client(shared, "click-0") as c0, client(shared, "click-1") as c1, \
+                client(shared, "click-2") as c2, client(shared, "click-3") as c3:
+            clients = [c0, c1, c2, c3]
+            sid = (await c0.call("session.create", {}))["id"]
+            ids = [(await _pushed(c0, _push(sid, f"p{i}")))["entry"]["id"] for i in range(6)]
+            answers = await _all_at_once([(c, "session.queuePrioritize", {"sessionId": sid, "entryId": ids[5 - n]})
+                                          for n, c in enumerate(clients)])
+            assert all(isinstance(a, dict) for a in answers), answers
+            listed = (await _state(c0, sid))["entries"]
+            assert [x.get("priority") for x in listed] == [1, 2, 3, 4, None, None]
+            assert {x["id"] for x in listed[:4]} == set(ids[2:])
+            assert [x["id"] for x in listed[4:]] == ids[:2]
+            answers = await _all_at_once([(c, "session.queuePrioritize", {"sessionId": sid, "entryId": ids[0]})
+                                          for c in clients])
+            assert all(isinstance(a, dict) for a in answers), answers
+            assert [x.get("priority") for x in (await _state(c0, sid))["entries"]] == [1, 2, 3, 4, 5, None]
+
+            doomed = (await c0.call("session.create", {"sessionId": "queue-doomed"}))["id"]
+            await _pushed(c0, _push(doomed, "early", key="early"))
+            calls = [(c, "session.queuePush", _push(doomed, f"late{n}-{i}", key=f"late{n}-{i}"))
+                     for n, c in enumerate(clients) for i in range((2, 1, 2, 1)[n])]
+            calls.insert(3, (c0, "session.delete", {"sessionId": doomed}))
+            answers = await _all_at_once(calls)
+            assert isinstance(answers[3], dict), answers[3]
+            refused = [a for a in answers if not isinstance(a, dict)]
+            assert all(a == "SESSION_NOT_FOUND" for a in refused), refused
+            await c0.call("session.create", {"sessionId": doomed})
+            assert (await _state(c0, doomed))["entries"] == []
+            fresh = await _pushed(c1, _push(doomed, "early", key="early"))
+            assert fresh["replayed"] is False and fresh["entry"]["position"] == 1
+
+
 # ---------------------------------------------------------------------- §4.6b "send now" and queueReorder
 
 async def test_send_now_and_reorder_at_the_edges(shared: HostProcess) -> None:
@@ -441,11 +480,15 @@ async def test_queue_writes_killed_at_each_moment_have_one_effect_after_their_re
         ]
         for method, params in edits:
             await call_killed_at(data, "index.after_commit", method, params, client_id="killed")
-        async with real_host(data, client_id="killed") as (_proc, c):
+        async with real_host(data, client_id="killed") as (proc, c), client(proc, "reloaded") as reloaded:
             for _point, params in pushes:
-                first = await _pushed(c, params)
-                again = await _pushed(c, params)
+                # a push keyed only by its idempotency key is retried by a UI that reloaded (another client id):
+                # the key is the principal's, not the connection's
+                by = c if "submissionId" in params else reloaded
+                first = await _pushed(by, params)
+                again = await _pushed(by, params)
                 assert again["entry"] == first["entry"], params
+                assert first["replayed"] is (params.get("idempotencyKey") in ("kc", "ke") and by is reloaded), params
             for method, params in edits:
                 first = await c.call(method, params)
                 assert await c.call(method, params) == first, method
@@ -494,6 +537,55 @@ async def test_queue_writes_killed_at_each_moment_have_one_effect_after_their_re
         assert rows == [(0,)]
 
 
+async def test_racing_pushes_killed_at_a_commit_are_retried_into_exactly_the_room_left(tmp_path: Path) -> None:
+    """§4.6b "at most eight entries" and "a retried push return[s] the same row", together across a SIGKILL:
+    four clients push into a queue of six at once, each keyed by its idempotency key and its command receipt,
+    on a host that dies right after its first commit (some of the pushes may be in it, none is answered). All
+    four retry at once on the next host: exactly two prompts are admitted over both hosts, the others are
+    LIMIT_EXCEEDED, a second retry answers each the same, and the database holds eight rows, each prompt once."""
+    data = data_dir(tmp_path)
+    names = [f"racer-{n}" for n in range(4)]
+    with trio.fail_after(120):
+        async with real_host(data) as (_proc, c):
+            sid = (await c.call("session.create", {}))["id"]
+            for i in range(6):
+                await _pushed(c, _push(sid, f"seed{i}"))
+        params = [_push(sid, f"race {n}", key=f"race-{n}", submissionId=f"sub-{n}") for n in range(4)]
+        crashing = start_host_process(data, env={"RT_CRASHPOINT": "index.after_commit:1"})
+        try:
+            answered: list[Any] = []
+
+            async def push_until_killed(n: int) -> None:
+                try:
+                    async with client(crashing, names[n]) as c:
+                        answered.append(await _outcome(c, "session.queuePush", params[n]))
+                except (ClientClosed, OSError):
+                    pass
+
+            async with trio.open_nursery() as nursery:
+                for n in range(4):
+                    nursery.start_soon(push_until_killed, n)
+            await trio.to_thread.run_sync(crashing.reap)
+        finally:
+            crashing.kill9()
+        assert crashing.proc.returncode == -9 and answered == [], answered
+        async with real_host(data) as (proc, c):
+            async with client(proc, names[0]) as r0, client(proc, names[1]) as r1, \
+                    client(proc, names[2]) as r2, client(proc, names[3]) as r3:
+                racers = [r0, r1, r2, r3]
+                calls = [(racers[n], "session.queuePush", params[n]) for n in range(4)]
+                first = await _all_at_once(calls)
+                assert sum(isinstance(a, dict) for a in first) == 2 and first.count("LIMIT_EXCEEDED") == 2, first
+                again = await _all_at_once(calls)
+                for a, b in zip(first, again, strict=True):
+                    assert a == b or (isinstance(a, dict) and isinstance(b, dict) and a["entry"] == b["entry"]), (a, b)
+                listed = (await _state(c, sid))["entries"]
+                admitted = sorted(a["entry"]["content"] for a in first if isinstance(a, dict))
+                assert sorted(x["content"] for x in listed[6:]) == admitted and len(listed) == 8
+        rows = _rows(data, "SELECT content FROM turn_queue WHERE session_id = ? ORDER BY position", sid)
+        assert [r[0] for r in rows] == [x["content"] for x in listed]
+
+
 # ------------------------------------------------- §4.6b restart: held, attachments kept, drained, cascade
 
 async def test_after_a_restart_every_queue_is_held_until_a_controller_attaches_then_drains_one_per_turn_end(
@@ -501,7 +593,8 @@ async def test_after_a_restart_every_queue_is_held_until_a_controller_attaches_t
     """§4.6b "attachments_json keeps the prompt's attachment references", "After a restart the module lists
     every entry, holds each session's queue until a controller attaches, and drains one entry after the active
     turn's terminal event. Deleting the session cascades to its entries." Two sessions' queues (a promoted
-    entry, blob and path attachments) survive a SIGKILL exactly, both held: nothing is handed out before an
+    entry, blob and path attachments) survive a SIGKILL exactly, both held (the attachment GC keeps the blob a
+    queued or handed-out prompt names and sweeps a loose one): nothing is handed out before an
     attach, a UI cannot attach, attaching one session releases that one only; while a turn runs nothing is
     handed out, each terminal event (completed, error, aborted) lets the next one go, in delivery order; the
     deleted session's rows and turns are gone from the database."""
@@ -509,6 +602,8 @@ async def test_after_a_restart_every_queue_is_held_until_a_controller_attaches_t
     with trio.fail_after(120):
         async with real_host(data, client_id="ui") as (proc, c):
             blob = await put_file(c, b"q", 2048)
+            loose = await put_file(c, b"l", 2048)  # referenced by nothing: the GC below does sweep
+            await c.call("settings.update", {"ns": "app", "values": {"attachmentUnreferencedGraceMs": 0}})
             att = [file_block(blob), {"path": "notes/todo.md", "note": "caller's own ✓"}]
             one = (await c.call("session.create", {}))["id"]
             two = (await c.call("session.create", {}))["id"]
@@ -524,6 +619,8 @@ async def test_after_a_restart_every_queue_is_held_until_a_controller_attaches_t
                 assert (s1["held"], s2["held"]) == (True, True)
                 assert s1["entries"] == before_one["entries"] and s2["entries"] == before_two["entries"]
                 assert (await _take(agent, one, "ctl"))["reason"] == "held"
+                swept = (await ui.call("attachments.gc", {}))["unreferencedEvicted"]
+                assert swept == [loose["ref"].removeprefix("attachments/")]  # the queued prompt's blob stays
                 assert await code_of(ui, "session.queueAttach", {"sessionId": one, "controllerId": "ctl"}) \
                     == "CONFLICT"
                 attached = await agent.call("session.queueAttach", {"sessionId": one, "controllerId": "ctl"})
@@ -540,6 +637,7 @@ async def test_after_a_restart_every_queue_is_held_until_a_controller_attaches_t
                     drained.append(entry["content"])
                     if entry["content"] == "one-1":
                         assert entry["attachments"] == att
+                        assert (await ui.call("attachments.gc", {}))["unreferencedEvicted"] == []  # handed out
                     turn = f"drain-{n}"
                     await agent.call("session.startTurn", {"sessionId": one, "turnId": turn})
                     await say(agent, one, f"{turn}-prompt", entry["content"], turnId=turn)
@@ -556,6 +654,7 @@ async def test_after_a_restart_every_queue_is_held_until_a_controller_attaches_t
                 assert await code_of(ui, "session.queueList", {"sessionId": two}) == "SESSION_NOT_FOUND"
         assert _rows(data, "SELECT count(*) FROM turn_queue WHERE session_id = ?", two) == [(0,)]
         assert _rows(data, "SELECT count(*) FROM turns WHERE session_id = ?", two) == [(0,)]
+        assert _rows(data, "SELECT count(*) FROM kv WHERE ns = 'queue' AND key = ?", two) == [(0,)]
         assert _rows(data, "SELECT count(*) FROM turn_queue WHERE session_id = ?", one) == [(0,)]
 
 
