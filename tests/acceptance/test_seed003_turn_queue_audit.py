@@ -138,8 +138,9 @@ async def test_a_retried_push_is_the_same_row_wherever_the_entry_went_and_a_chan
     different input_hash fails with IDEMPOTENCY_CONFLICT": the retry answers the very row (id, position,
     createdAt) while it waits, after it was promoted, after it was removed and after it was handed out, and
     never queues the prompt again. The key is the principal's and the session's: another principal, or the same
-    key in another session, is a new row. Changing any part of the input (content, permission mode,
-    attachments) is IDEMPOTENCY_CONFLICT and changes nothing, not even the next position."""
+    key in another session, is a new row. The same attachments with their keys in another order, or none sent
+    as ``[]``, are the same input; changing any part of it (content, permission mode, an attachment, their
+    number) is IDEMPOTENCY_CONFLICT and changes nothing, not even the next position."""
     with trio.fail_after(60):
         async with client(shared, "keys-ui") as c, client(shared, "keys-agent", kind="agent") as agent:
             sid = (await c.call("session.create", {}))["id"]
@@ -164,6 +165,13 @@ async def test_a_retried_push_is_the_same_row_wherever_the_entry_went_and_a_chan
             assert delivered["replayed"] is True and delivered["entry"]["id"] == first[2]["id"]
             assert await _ids(c, sid) == [first[0]["id"], first[3]["id"]]
 
+            # the input is what it says, not how it is spelled: keys in another order, no attachments as []
+            reordered = [dict(reversed(list(att[0].items())))]
+            assert (await _pushed(c, _push(sid, "p0", key="k0", attachments=reordered)))["entry"] == first[0]
+            bare = (await _pushed(c, _push(sid, "bare", key="bare")))["entry"]
+            assert await _pushed(c, _push(sid, "bare", key="bare", attachments=[])) == {"entry": bare,
+                                                                                      "replayed": True}
+            await c.call("session.queueRemove", {"sessionId": sid, "entryId": bare["id"]})
             bob = await _pushed(c, _push(sid, "p0", key="k0", principal="bob", attachments=att))
             elsewhere = await _pushed(c, _push(other, "p0", key="k0", attachments=att))
             assert bob["replayed"] is False and bob["entry"]["id"] != first[0]["id"]
@@ -174,6 +182,7 @@ async def test_a_retried_push_is_the_same_row_wherever_the_entry_went_and_a_chan
                             _push(sid, "p0", key="k0", mode="auto", attachments=att),
                             _push(sid, "p0", key="k0"),
                             _push(sid, "p0", key="k0", attachments=[{**att[0], "name": "other.md"}]),
+                            _push(sid, "p0", key="k0", attachments=att * 2),
                             _push(sid, "p1 changed", key="k1", attachments=att),  # removed: still its key
                             _push(sid, "p2 changed", key="k2", attachments=att)):  # delivered: still its key
                 code, data = await error_of(c, "session.queuePush", changed)
@@ -212,6 +221,13 @@ async def test_bad_queue_input_is_refused_with_a_clear_code_and_changes_nothing(
                 ("session.queuePush", _push(sid, "x", attachments=[{"path": f"/w/{i}"} for i in range(65)]),
                  "INVALID_PARAMS"),
                 ("session.queuePush", _push(sid, "x", attachments="/w/a"), "INVALID_PARAMS"),
+                ("session.queuePush", _push(sid, "x", attachments=[["/w/a"]]), "INVALID_PARAMS"),
+                ("session.queuePush", _push(sid, "x", attachments=[{"path": "/w/a\x00b"}]), "INVALID_PARAMS"),
+                ("session.queuePush", _push(sid, "x", attachments=[{"type": "attachment", "kind": "file",
+                                                                     "name": "n", "ref": "notes.txt"}]),
+                 "INVALID_PARAMS"),
+                ("session.queuePush", _push(sid, "x" * 1_000_001), "INVALID_PARAMS"),
+                ("session.queuePush", _push(sid, "x", sessionMessageId="not an id"), "INVALID_PARAMS"),
                 ("session.queuePush", _push(sid, "x", surprise=True), "INVALID_PARAMS"),
                 ("session.queuePush", _push("no-such-session", "x"), "SESSION_NOT_FOUND"),
                 ("session.queuePush", _push("../escape", "x"), "INVALID_PARAMS"),
