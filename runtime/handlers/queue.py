@@ -235,7 +235,10 @@ async def attach_replayed(ctx: SessionContext, p: m.QueueControllerParams, key: 
             _publish(ctx, state)
 
 
-async def _attach(ctx: SessionContext, p: m.QueueControllerParams) -> tuple[dict[str, Any], bool]:
+def _require_controller_kind(ctx: SessionContext) -> None:
+    """Only the agent sidecar controls a queue: attaches it and takes from it. A take by another kind of
+    client (that read the controller's id from ``queueList``) would hand a prompt to a client that runs no
+    turn, and the controller's next take would consume it."""
     kind = ctx.caller.client_kind
     if kind != CONTROLLER_KIND:
         raise Conflict(
@@ -243,6 +246,10 @@ async def _attach(ctx: SessionContext, p: m.QueueControllerParams) -> tuple[dict
             f"(this connection is {kind!r})",
             data={"sessionId": ctx.sid, "clientKind": kind},
         )
+
+
+async def _attach(ctx: SessionContext, p: m.QueueControllerParams) -> tuple[dict[str, Any], bool]:
+    _require_controller_kind(ctx)
     control: QueueControl = ctx.services.get(SERVICE)
     changed = _slot(ctx).controller_id != p.controller_id
     slot = control.attach(ctx.sid, ctx.row.get("createdAt"), p.controller_id, ctx.caller.client_id)
@@ -285,8 +292,9 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
     leases): whether a handed-out prompt landed is read from the index, so
     the read barrier comes first. Nothing while the queue is held or a turn
     is running (``reason`` says which); a caller that is not the attached
-    controller gets CONFLICT.
+    controller, or not a sidecar at all, gets CONFLICT.
     """
+    _require_controller_kind(ctx)
     slot = _slot(ctx)
     if slot.held:
         return {"entry": None, "reason": "held"}

@@ -463,6 +463,36 @@ async def test_a_reorder_moves_what_the_list_shows_also_beside_a_prompt_offered_
             assert await names() == list("cdb")
 
 
+async def test_only_the_sidecar_takes_from_the_queue_it_controls(shared: HostProcess) -> None:
+    """§4.6b "The headless Agent Host module is the only writer ... the store never starts a turn", and
+    protocol/README: ``agent`` is "the only kind that may control a session's turn queue", ``queueTake`` is
+    "controller only". A UI, a CLI or a plugin that read the controller's id from ``queueList`` and sends it
+    with ``queueTake`` is refused (CONFLICT naming its kind; a plugin, whose session this is not, may be refused
+    earlier, PERMISSION_DENIED) and nothing is handed out: the sidecar's next take
+    still gets the first prompt and every prompt reaches a turn.
+
+    Before the fix such a take was answered: each one handed out the next prompt to a client that runs no
+    turn, and the next take consumed it ("the controller moved on"), so three of four prompts were lost."""
+    with trio.fail_after(60):
+        async with client(shared, "take-agent", kind="agent") as agent, client(shared, "take-ui") as ui, \
+                client(shared, "take-cli", kind="cli") as cli, \
+                client(shared, "take-plugin", kind="plugin", plugin_id="taker") as plugin:
+            sid = (await ui.call("session.create", {}))["id"]
+            ids = [(await _pushed(ui, _push(sid, x)))["entry"]["id"] for x in "abcd"]
+            await agent.call("session.queueAttach", {"sessionId": sid, "controllerId": "take-ctl"})
+            controller = (await _state(ui, sid))["controllerId"]
+            assert controller == "take-ctl"
+            for other, kind in ((ui, "ui"), (cli, "cli"), (plugin, "plugin")):
+                take = {"sessionId": sid, "controllerId": controller}
+                code, detail = await error_of(other, "session.queueTake", take)
+                if kind == "plugin" and code == "PERMISSION_DENIED":
+                    continue  # a plugin may not touch a session it does not own at all
+                assert (code, detail.get("clientKind")) == ("CONFLICT", kind)
+                assert await _ids(ui, sid) == ids
+            ran = [await _run_turn(agent, sid, "take-ctl", f"take-t{n}") for n in range(5)]
+            assert [x["id"] for x in ran if x is not None] == ids and ran[-1] is None
+
+
 # ---------------------------------------------------- §4.6b SIGKILL at several moments of a queue write
 
 async def test_queue_writes_killed_at_each_moment_have_one_effect_after_their_retry(tmp_path: Path) -> None:
