@@ -802,7 +802,8 @@ async def test_item19_an_unattended_plan_run_queues_nothing_and_uses_no_position
 
 async def test_turn_rows_keep_their_run_time_snapshot_and_refuse_stale_or_bad_updates(shared: HostProcess) -> None:
     """§4.6 "one row per agent run": status running | completed | aborted | error, provider_id / model_id a
-    snapshot at run time (a later model switch of the session leaves the turn's), error_code and usage kept,
+    snapshot at run time (a later model switch of the session leaves the turn's; a start that names none takes
+    the session's at that moment), error_code and usage kept,
     ended_at set only at the end. A second running turn, an unknown status, an unknown turn and a different
     terminal status after the first are refused with their codes and change no row."""
     with trio.fail_after(60):
@@ -830,5 +831,7 @@ async def test_turn_rows_keep_their_run_time_snapshot_and_refuse_stale_or_bad_up
                                                             "status": "completed"}) == "CONFLICT"
             listed = (await agent.call("session.listTurns", {"sessionId": sid}))["turns"]
             assert [(t["id"], t["status"], t["modelId"]) for t in listed] == [("t1", "error", "model-a")]
-            nxt = await agent.call("session.startTurn", {"sessionId": sid, "turnId": "t2"})
-            assert nxt["status"] == "running"
+            nxt = await agent.call("session.startTurn", {"sessionId": sid, "turnId": "t2"})  # no model given
+            assert (nxt["status"], nxt["providerId"], nxt["modelId"]) == ("running", "prov-a", "model-b")
+            listed = (await agent.call("session.listTurns", {"sessionId": sid}))["turns"]
+            assert [(t["id"], t["modelId"]) for t in listed] == [("t2", "model-b"), ("t1", "model-a")]
