@@ -632,6 +632,42 @@ async def test_racing_pushes_killed_at_a_commit_are_retried_into_exactly_the_roo
         assert [r[0] for r in rows] == [x["content"] for x in listed]
 
 
+async def test_a_queue_prompt_killed_after_its_line_landed_is_not_queued_again(tmp_path: Path) -> None:
+    """§11.3/§11.4 with §4.6b: a SIGKILL right after a queue turn's prompt line was fsynced, before the index
+    took it or the sidecar heard back. After the restart the turn is aborted, the prompt is in the transcript
+    once, and the entry it came from is not waiting again (its prompt landed: re-queueing it would send the
+    person's words twice); the next prompt is the next one handed out, and a retry of the first prompt's push
+    (its idempotency key) is answered as that row, not queued."""
+    data = data_dir(tmp_path)
+    with trio.fail_after(120):
+        crashing = start_host_process(data, env={"RT_CRASHPOINT": "append.after_fsync:1"})
+        try:
+            with pytest.raises((ClientClosed, OSError)):
+                async with client(crashing, "sidecar", kind="agent") as agent:
+                    sid = (await agent.call("session.create", {"sessionId": "landed"}))["id"]
+                    first = (await _pushed(agent, _push(sid, "only once ✓", key="once")))["entry"]
+                    await _pushed(agent, _push(sid, "the next one", key="next"))
+                    await agent.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
+                    assert (await _take(agent, sid, "ctl"))["entry"]["id"] == first["id"]
+                    await agent.call("session.startTurn", {"sessionId": sid, "turnId": "lt"})
+                    await say(agent, sid, "lt-prompt", "only once ✓", turnId="lt")
+            await trio.to_thread.run_sync(crashing.reap)
+        finally:
+            crashing.kill9()
+        assert crashing.proc.returncode == -9
+        async with real_host(data, kind="agent", client_id="sidecar") as (_proc, agent):
+            turns = (await agent.call("session.listTurns", {"sessionId": "landed"}))["turns"]
+            assert [(t["id"], t["status"]) for t in turns] == [("lt", "aborted")]
+            view = await agent.call("session.get", {"sessionId": "landed", "full": True})
+            assert [(m["id"], m["blocks"][0]["text"]) for m in view["messages"]] == [("lt-prompt", "only once ✓")]
+            state = await _state(agent, "landed")
+            assert [x["content"] for x in state["entries"]] == ["the next one"] and state["held"] is True
+            again = await _pushed(agent, _push("landed", "only once ✓", key="once"))
+            assert again["replayed"] is True and again["entry"]["id"] == first["id"]
+            await agent.call("session.queueAttach", {"sessionId": "landed", "controllerId": "ctl"})
+            assert (await _take(agent, "landed", "ctl"))["entry"]["content"] == "the next one"
+
+
 # ------------------------------------------------- §4.6b restart: held, attachments kept, drained, cascade
 
 async def test_after_a_restart_every_queue_is_held_until_a_controller_attaches_then_drains_one_per_turn_end(
