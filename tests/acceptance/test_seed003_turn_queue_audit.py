@@ -840,8 +840,9 @@ async def test_turn_rows_keep_their_run_time_snapshot_and_refuse_stale_or_bad_up
     """§4.6 "one row per agent run": status running | completed | aborted | error, provider_id / model_id a
     snapshot at run time (a later model switch of the session leaves the turn's; a start that names none takes
     the session's at that moment), error_code and usage kept,
-    ended_at set only at the end. A second running turn, an unknown status, an unknown turn and a different
-    terminal status after the first are refused with their codes and change no row."""
+    ended_at set only at the end, retry lineage to an ended turn of the same session. A second running turn,
+    an unknown status, an unknown turn, a different terminal status after the first, an ended turn's id
+    started again and a retry of a turn of another session are refused with their codes and change no row."""
     with trio.fail_after(60):
         async with client(shared, "turn-agent", kind="agent") as agent:
             sid = (await agent.call("session.create", {"providerId": "prov-a", "modelId": "model-a"}))["id"]
@@ -867,7 +868,15 @@ async def test_turn_rows_keep_their_run_time_snapshot_and_refuse_stale_or_bad_up
                                                             "status": "completed"}) == "CONFLICT"
             listed = (await agent.call("session.listTurns", {"sessionId": sid}))["turns"]
             assert [(t["id"], t["status"], t["modelId"]) for t in listed] == [("t1", "error", "model-a")]
-            nxt = await agent.call("session.startTurn", {"sessionId": sid, "turnId": "t2"})  # no model given
+            other = (await agent.call("session.create", {}))["id"]
+            for bad, expected in (({"sessionId": other, "turnId": "x1", "retryOf": "t1"}, "NOT_FOUND"),  # elsewhere
+                                  ({"sessionId": sid, "turnId": "x2", "retryOf": "t-missing"}, "NOT_FOUND"),
+                                  ({"sessionId": sid, "turnId": "t1"}, "CONFLICT")):  # an ended turn's id again
+                assert await code_of(agent, "session.startTurn", bad) == expected, bad
+            assert (await agent.call("session.listTurns", {"sessionId": other}))["turns"] == []
+            nxt = await agent.call("session.startTurn", {"sessionId": sid, "turnId": "t2",  # no model given
+                                                         "retryOf": "t1"})
+            assert nxt["retryOf"] == "t1"
             assert (nxt["status"], nxt["providerId"], nxt["modelId"]) == ("running", "prov-a", "model-b")
             listed = (await agent.call("session.listTurns", {"sessionId": sid}))["turns"]
             assert [(t["id"], t["modelId"]) for t in listed] == [("t2", "model-b"), ("t1", "model-a")]
