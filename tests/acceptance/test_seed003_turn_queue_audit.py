@@ -35,12 +35,13 @@ from tests.acceptance.outsiderkit import (
     data_dir,
     error_of,
     file_block,
+    killed_during,
     put_file,
     real_host,
     say,
     shared_host,
 )
-from tests.hostkit import HostProcess, call_killed_at, start_host_process
+from tests.hostkit import HostProcess, call_killed_at, msg, start_host_process
 
 
 @pytest.fixture(scope="module")
@@ -557,18 +558,11 @@ async def test_queue_writes_killed_at_each_moment_have_one_effect_after_their_re
             assert (await _pushed(c, _push(sid, "next")))["entry"]["position"] == 10
             order = [x["id"] for x in (await _state(c, sid))["entries"]]
         # the attach lives in the host's memory: the host that dies at the take's commit is attached first
-        crashing = start_host_process(data, env={"RT_CRASHPOINT": "index.after_commit:1"})
-        try:
-            with pytest.raises((ClientClosed, OSError)):
-                async with client(crashing, "sidecar", kind="agent") as agent:
-                    await agent.call("session.queueAttach", {"sessionId": sid, "controllerId": "kill-ctl"})
-                    await agent.call("session.queueTake", {"sessionId": sid, "controllerId": "kill-ctl",
-                                                           "submissionId": "tk"})
-            await trio.to_thread.run_sync(crashing.reap)
-        finally:
-            crashing.kill9()
-        assert crashing.proc.returncode == -9
-        async with real_host(data, kind="agent", client_id="sidecar") as (_proc, agent):
+        await killed_during(data, "index.after_commit:1", [
+            ("session.queueAttach", {"sessionId": sid, "controllerId": "kill-ctl"}),
+            ("session.queueTake", {"sessionId": sid, "controllerId": "kill-ctl", "submissionId": "tk"})],
+            kind="agent")
+        async with real_host(data, kind="agent") as (_proc, agent):
             replay = await _take(agent, sid, "kill-ctl", submissionId="tk")
             assert replay["entry"]["id"] == order[0]
             state = await _state(agent, sid)
@@ -640,22 +634,19 @@ async def test_a_queue_prompt_killed_after_its_line_landed_is_not_queued_again(t
     (its idempotency key) is answered as that row, not queued."""
     data = data_dir(tmp_path)
     with trio.fail_after(120):
-        crashing = start_host_process(data, env={"RT_CRASHPOINT": "append.after_fsync:1"})
-        try:
-            with pytest.raises((ClientClosed, OSError)):
-                async with client(crashing, "sidecar", kind="agent") as agent:
-                    sid = (await agent.call("session.create", {"sessionId": "landed"}))["id"]
-                    first = (await _pushed(agent, _push(sid, "only once ✓", key="once")))["entry"]
-                    await _pushed(agent, _push(sid, "the next one", key="next"))
-                    await agent.call("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"})
-                    assert (await _take(agent, sid, "ctl"))["entry"]["id"] == first["id"]
-                    await agent.call("session.startTurn", {"sessionId": sid, "turnId": "lt"})
-                    await say(agent, sid, "lt-prompt", "only once ✓", turnId="lt")
-            await trio.to_thread.run_sync(crashing.reap)
-        finally:
-            crashing.kill9()
-        assert crashing.proc.returncode == -9
-        async with real_host(data, kind="agent", client_id="sidecar") as (_proc, agent):
+        sid = "landed"
+        answers = await killed_during(data, "append.after_fsync:1", [
+            ("session.create", {"sessionId": sid}),
+            ("session.queuePush", _push(sid, "only once ✓", key="once")),
+            ("session.queuePush", _push(sid, "the next one", key="next")),
+            ("session.queueAttach", {"sessionId": sid, "controllerId": "ctl"}),
+            ("session.queueTake", {"sessionId": sid, "controllerId": "ctl"}),
+            ("session.startTurn", {"sessionId": sid, "turnId": "lt"}),
+            ("session.appendMessage", {"sessionId": sid, "message": msg("lt-prompt", "only once ✓", turnId="lt")})],
+            kind="agent")
+        first = answers[1]["entry"]
+        assert answers[4]["entry"]["id"] == first["id"]
+        async with real_host(data, kind="agent") as (_proc, agent):
             turns = (await agent.call("session.listTurns", {"sessionId": "landed"}))["turns"]
             assert [(t["id"], t["status"]) for t in turns] == [("lt", "aborted")]
             view = await agent.call("session.get", {"sessionId": "landed", "full": True})
