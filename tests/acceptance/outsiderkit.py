@@ -14,8 +14,8 @@ import trio
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, msg, start_host_process
 
-__all__ = ["all_pages", "assert_snapshot_refused", "client", "code_of", "data_dir", "error_of", "killed_during",
-           "real_host", "say", "shared_host"]
+__all__ = ["all_at_once", "all_pages", "assert_snapshot_refused", "client", "code_of", "data_dir", "error_of",
+           "killed_during", "outcome", "real_host", "say", "shared_host"]
 
 
 async def all_pages(c: HostClient, method: str, key: str, params: dict[str, Any] | None = None, *,
@@ -30,6 +30,28 @@ async def all_pages(c: HostClient, method: str, key: str, params: dict[str, Any]
         if not page.get("nextCursor"):
             return rows
         ask = {"limit": limit, **(params or {}), "cursor": page["nextCursor"]}
+
+
+async def outcome(c: HostClient, method: str, params: dict[str, Any]) -> Any:
+    """The call's result, or its error code when it fails."""
+    try:
+        return await c.call(method, params)
+    except RpcError as failed:
+        return failed.data_code
+
+
+async def all_at_once(calls: list[tuple[HostClient, str, dict[str, Any]]]) -> list[Any]:
+    """Every call sent at once, each from its own task (races between connections): each one's result or error
+    code, in call order."""
+    out: list[Any] = [None] * len(calls)
+
+    async def one(i: int, c: HostClient, method: str, params: dict[str, Any]) -> None:
+        out[i] = await outcome(c, method, params)
+
+    async with trio.open_nursery() as nursery:
+        for i, (c, method, params) in enumerate(calls):
+            nursery.start_soon(one, i, c, method, params)
+    return out
 
 
 async def assert_snapshot_refused(c: HostClient, sid: str, turn_id: str) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import HostClient, RpcError
-from tests.acceptance.outsiderkit import client, code_of, data_dir, real_host, shared_host
+from runtime.client import RpcError
+from tests.acceptance.outsiderkit import all_at_once, client, code_of, data_dir, real_host, shared_host
 from tests.hostkit import HostProcess, call_killed_at, start_host_process
 from tests.httpkit import FakeProvider, Reply
 
@@ -91,26 +91,6 @@ def _push(sid: str, content: str, key: str | None, principal: str = "ui") -> dic
     return params
 
 
-async def _outcome(c: HostClient, method: str, params: dict[str, Any]) -> Any:
-    try:
-        return await c.call(method, params)
-    except RpcError as failed:
-        return failed.data_code
-
-
-async def _all_at_once(calls: list[tuple[HostClient, str, dict[str, Any]]]) -> list[Any]:
-    """Every call sent at once (each from its own task); their answers or error codes, in call order."""
-    out: list[Any] = [None] * len(calls)
-
-    async def one(i: int, c: HostClient, method: str, params: dict[str, Any]) -> None:
-        out[i] = await _outcome(c, method, params)
-
-    async with trio.open_nursery() as nursery:
-        for i, (c, method, params) in enumerate(calls):
-            nursery.start_soon(one, i, c, method, params)
-    return out
-
-
 async def test_two_connections_pushing_reordering_and_taking_at_once_keep_the_queue_whole(
         shared: HostProcess) -> None:
     """§4.6b: "A session holds at most eight entries", "principal plus idempotency_key make a retried push
@@ -122,12 +102,12 @@ async def test_two_connections_pushing_reordering_and_taking_at_once_keep_the_qu
     with trio.fail_after(60):
         async with client(shared, "q-one", kind="agent") as a, client(shared, "q-two", kind="agent") as b:
             sid = (await a.call("session.create", {}))["id"]
-            twin = await _all_at_once([(a, "session.queuePush", _push(sid, "twin ✓", "twin")),
-                                       (b, "session.queuePush", _push(sid, "twin ✓", "twin"))])
+            twin = await all_at_once([(a, "session.queuePush", _push(sid, "twin ✓", "twin")),
+                                      (b, "session.queuePush", _push(sid, "twin ✓", "twin"))])
             assert twin[0]["entry"]["id"] == twin[1]["entry"]["id"]
             assert sorted([twin[0]["replayed"], twin[1]["replayed"]]) == [False, True]
             pushes = [(a if i % 2 else b, "session.queuePush", _push(sid, f"p{i}", f"k{i}")) for i in range(11)]
-            answers = await _all_at_once(pushes)
+            answers = await all_at_once(pushes)
             admitted = [x["entry"] for x in answers if isinstance(x, dict)]
             assert len(admitted) == 7 and answers.count("LIMIT_EXCEEDED") == 4, answers
             listed = (await b.call("session.queueList", {"sessionId": sid}))["entries"]
@@ -138,7 +118,7 @@ async def test_two_connections_pushing_reordering_and_taking_at_once_keep_the_qu
             moves = [(a if i % 2 else b, "session.queueReorder",
                       {"sessionId": sid, "entryId": listed[i % 8]["id"], "direction": "up" if i % 3 else "down"})
                      for i in range(16)]
-            for answer in await _all_at_once(moves):
+            for answer in await all_at_once(moves):
                 assert isinstance(answer, dict) or answer == "CONFLICT", answer
             after = (await a.call("session.queueList", {"sessionId": sid}))["entries"]
             assert {x["id"] for x in after} == ids
@@ -146,7 +126,7 @@ async def test_two_connections_pushing_reordering_and_taking_at_once_keep_the_qu
             assert [x["position"] for x in after] == sorted(x["position"] for x in after)
             ctl = {"sessionId": sid, "controllerId": "q-ctl"}
             await a.call("session.queueAttach", ctl)
-            takes = await _all_at_once([(a, "session.queueTake", ctl), (b, "session.queueTake", ctl)])
+            takes = await all_at_once([(a, "session.queueTake", ctl), (b, "session.queueTake", ctl)])
             handed = [t["entry"]["id"] for t in takes if isinstance(t, dict) and t.get("entry")]
             # a controller's next take consumes what it took before (protocol/README: "the controller moved
             # on"): two racing takes hand out the first two entries, each once
@@ -242,9 +222,9 @@ async def test_a_refresh_from_a_real_server_keeps_unicode_ids_collapses_repeats_
             ids = sorted(m["modelId"] for m in (await b.call("models.list", {"providerId": "uni"}))["models"])
             assert ids == sorted(["a", "модель🎉", "x" * 200, "mine ✓"])
             server.reply = Reply(models=[{"id": f"m{i}"} for i in range(40)])
-            races = await _all_at_once([(a, "models.refresh", {"providerId": "uni"}),
-                                        (b, "models.refresh", {"providerId": "uni"}),
-                                        (a, "models.refresh", {"providerId": "uni"})])
+            races = await all_at_once([(a, "models.refresh", {"providerId": "uni"}),
+                                       (b, "models.refresh", {"providerId": "uni"}),
+                                       (a, "models.refresh", {"providerId": "uni"})])
             assert all(isinstance(r, dict) for r in races), races
             rows = (await b.call("models.list", {"providerId": "uni"}))["models"]
             live = sorted(m["modelId"] for m in rows if not m["deprecated"])
@@ -263,9 +243,9 @@ async def test_provider_order_under_racing_reorders_and_a_delete_stays_a_permuta
                     for i in range(5)]
             others = [p["id"] for p in (await a.call("providers.list", {}))["providers"] if p["id"] not in made]
             one, two = list(reversed(made)), made[2:] + made[:2]
-            answers = await _all_at_once([(a, "providers.reorder", {"providerIds": one}),
-                                          (b, "providers.reorder", {"providerIds": two}),
-                                          (b, "providers.delete", {"providerId": made[1]})])
+            answers = await all_at_once([(a, "providers.reorder", {"providerIds": one}),
+                                         (b, "providers.reorder", {"providerIds": two}),
+                                         (b, "providers.delete", {"providerId": made[1]})])
             assert all(isinstance(x, dict) for x in answers), answers
             order = [p["id"] for p in (await a.call("providers.list", {}))["providers"]]
             mine = [x for x in order if x in made]

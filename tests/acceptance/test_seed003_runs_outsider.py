@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient, RpcError, open_client
-from tests.acceptance.outsiderkit import code_of, say
+from tests.acceptance.outsiderkit import all_at_once, code_of, say
 from tests.hostkit import HostProcess, client_for, inprocess_host, msg, start_host_process
 
 
@@ -34,22 +34,6 @@ async def real_host(data_dir: Path) -> AsyncIterator[tuple[HostProcess, HostClie
             yield proc, agent, ui
     finally:
         proc.kill9()
-
-
-async def all_at_once(calls: list[tuple[HostClient, str, dict[str, Any]]]) -> list[dict[str, Any] | str | None]:
-    """Send every call concurrently; each answer is its result or its error code."""
-    out: list[dict[str, Any] | str | None] = []
-
-    async def one(c: HostClient, method: str, params: dict[str, Any]) -> None:
-        try:
-            out.append(await c.call(method, params))
-        except RpcError as failed:
-            out.append(failed.data_code)
-
-    async with trio.open_nursery() as nursery:
-        for c, method, params in calls:
-            nursery.start_soon(one, c, method, params)
-    return out
 
 
 async def turns_of(c: HostClient, sid: str) -> dict[str, dict[str, Any]]:

@@ -28,14 +28,16 @@ import pytest
 import trio
 
 from protocol.models_queue import QueuePushResult, QueueState, QueueTakeResult
-from runtime.client import ClientClosed, HostClient, RpcError
+from runtime.client import ClientClosed, HostClient
 from tests.acceptance.outsiderkit import (
+    all_at_once,
     client,
     code_of,
     data_dir,
     error_of,
     file_block,
     killed_during,
+    outcome,
     put_file,
     real_host,
     say,
@@ -79,27 +81,6 @@ async def _take(c: HostClient, sid: str, ctl: str, **extra: Any) -> dict[str, An
     result: dict[str, Any] = await c.call("session.queueTake", {"sessionId": sid, "controllerId": ctl, **extra})
     QueueTakeResult.model_validate(result)
     return result
-
-
-async def _outcome(c: HostClient, method: str, params: dict[str, Any]) -> Any:
-    """The call's answer, or its error code."""
-    try:
-        return await c.call(method, params)
-    except RpcError as failed:
-        return failed.data_code
-
-
-async def _all_at_once(calls: list[tuple[HostClient, str, dict[str, Any]]]) -> list[Any]:
-    """Every call sent at once, each from its own task: answers or error codes, in call order."""
-    out: list[Any] = [None] * len(calls)
-
-    async def one(i: int, c: HostClient, method: str, params: dict[str, Any]) -> None:
-        out[i] = await _outcome(c, method, params)
-
-    async with trio.open_nursery() as nursery:
-        for i, (c, method, params) in enumerate(calls):
-            nursery.start_soon(one, i, c, method, params)
-    return out
 
 
 async def _next_position(c: HostClient, sid: str) -> int:
@@ -277,7 +258,7 @@ async def test_clients_pushing_into_a_nearly_full_queue_at_once_never_make_a_nin
             calls = [(c, "session.queuePush", _push(sid, f"r{n}-{i}", key=f"r{n}-{i}"))
                      for n, c in enumerate(clients) for i in range(3)]
             calls += [(c, "session.queuePush", _push(sid, "shared ✓", key="shared")) for c in clients]
-            answers = await _all_at_once(calls)
+            answers = await all_at_once(calls)
             assert all(isinstance(a, dict) or a == "LIMIT_EXCEEDED" for a in answers), answers
             listed = await _state(c0, sid)
             assert len(listed["entries"]) == 8
@@ -300,14 +281,14 @@ async def test_clients_pushing_into_a_nearly_full_queue_at_once_never_make_a_nin
             taken = (await _take(c3, sid, "race-ctl"))["entry"]
             assert taken["id"] == seeded[0]["id"]
             assert len((await _state(c0, sid))["entries"]) == 7
-            answers = await _all_at_once([(c, "session.queuePush", _push(sid, f"t{n}", key=f"t{n}"))
-                                          for n, c in enumerate(clients)])
+            answers = await all_at_once([(c, "session.queuePush", _push(sid, f"t{n}", key=f"t{n}"))
+                                         for n, c in enumerate(clients)])
             assert answers == ["LIMIT_EXCEEDED"] * 4
             calls = [(c0, "session.queueRemove", {"sessionId": sid, "entryId": e["id"]})
                      for e in (await _state(c0, sid))["entries"][:2]]
             calls += [(c, "session.queuePush", _push(sid, f"u{n}-{i}", key=f"u{n}-{i}"))
                       for n, c in enumerate(clients) for i in range(2)]
-            answers = await _all_at_once(calls)
+            answers = await all_at_once(calls)
             after = await _state(c0, sid)
             admitted = {a["entry"]["id"] for a in answers[2:] if isinstance(a, dict)}
             assert len(after["entries"]) <= 7 and admitted <= {e["id"] for e in after["entries"]}
@@ -318,8 +299,8 @@ async def test_clients_pushing_into_a_nearly_full_queue_at_once_never_make_a_nin
             await c3.call("session.endTurn", {"sessionId": sid, "turnId": "race-t1", "status": "completed",
                                               "createNotification": False})
             room = 8 - len(after["entries"])
-            answers = await _all_at_once([(c, "session.queuePush", _push(sid, f"v{n}-{i}", key=f"v{n}-{i}"))
-                                          for n, c in enumerate(clients) for i in range(3)])
+            answers = await all_at_once([(c, "session.queuePush", _push(sid, f"v{n}-{i}", key=f"v{n}-{i}"))
+                                         for n, c in enumerate(clients) for i in range(3)])
             assert sum(isinstance(a, dict) for a in answers) == room
             final = await _state(c0, sid)
             assert len(final["entries"]) == 8 and taken["id"] not in {e["id"] for e in final["entries"]}
@@ -337,15 +318,15 @@ async def test_send_now_clicks_and_a_delete_racing_from_several_clients(shared: 
             clients = [c0, c1, c2, c3]
             sid = (await c0.call("session.create", {}))["id"]
             ids = [(await _pushed(c0, _push(sid, f"p{i}")))["entry"]["id"] for i in range(6)]
-            answers = await _all_at_once([(c, "session.queuePrioritize", {"sessionId": sid, "entryId": ids[5 - n]})
-                                          for n, c in enumerate(clients)])
+            answers = await all_at_once([(c, "session.queuePrioritize", {"sessionId": sid, "entryId": ids[5 - n]})
+                                         for n, c in enumerate(clients)])
             assert all(isinstance(a, dict) for a in answers), answers
             listed = (await _state(c0, sid))["entries"]
             assert [x.get("priority") for x in listed] == [1, 2, 3, 4, None, None]
             assert {x["id"] for x in listed[:4]} == set(ids[2:])
             assert [x["id"] for x in listed[4:]] == ids[:2]
-            answers = await _all_at_once([(c, "session.queuePrioritize", {"sessionId": sid, "entryId": ids[0]})
-                                          for c in clients])
+            answers = await all_at_once([(c, "session.queuePrioritize", {"sessionId": sid, "entryId": ids[0]})
+                                         for c in clients])
             assert all(isinstance(a, dict) for a in answers), answers
             assert [x.get("priority") for x in (await _state(c0, sid))["entries"]] == [1, 2, 3, 4, 5, None]
 
@@ -354,7 +335,7 @@ async def test_send_now_clicks_and_a_delete_racing_from_several_clients(shared: 
             calls = [(c, "session.queuePush", _push(doomed, f"late{n}-{i}", key=f"late{n}-{i}"))
                      for n, c in enumerate(clients) for i in range((2, 1, 2, 1)[n])]
             calls.insert(3, (c0, "session.delete", {"sessionId": doomed}))
-            answers = await _all_at_once(calls)
+            answers = await all_at_once(calls)
             assert isinstance(answers[3], dict), answers[3]
             refused = [a for a in answers if not isinstance(a, dict)]
             assert all(a == "SESSION_NOT_FOUND" for a in refused), refused
@@ -598,7 +579,7 @@ async def test_racing_pushes_killed_at_a_commit_are_retried_into_exactly_the_roo
             async def push_until_killed(n: int) -> None:
                 try:
                     async with client(crashing, names[n]) as c:
-                        answered.append(await _outcome(c, "session.queuePush", params[n]))
+                        answered.append(await outcome(c, "session.queuePush", params[n]))
                 except (ClientClosed, OSError):
                     pass
 
@@ -614,9 +595,9 @@ async def test_racing_pushes_killed_at_a_commit_are_retried_into_exactly_the_roo
                     client(proc, names[2]) as r2, client(proc, names[3]) as r3:
                 racers = [r0, r1, r2, r3]
                 calls = [(racers[n], "session.queuePush", params[n]) for n in range(4)]
-                first = await _all_at_once(calls)
+                first = await all_at_once(calls)
                 assert sum(isinstance(a, dict) for a in first) == 2 and first.count("LIMIT_EXCEEDED") == 2, first
-                again = await _all_at_once(calls)
+                again = await all_at_once(calls)
                 for a, b in zip(first, again, strict=True):
                     assert a == b or (isinstance(a, dict) and isinstance(b, dict) and a["entry"] == b["entry"]), (a, b)
                 listed = (await _state(c, sid))["entries"]
