@@ -7,6 +7,10 @@ controller attaches and then drained one entry per terminal turn event, and a re
 waits on a person. Black-box against real ``pi-host serve`` processes over WebSocket (the methods of
 protocol/README.md), the database read only after its host was killed.
 
+Two clauses failed and were fixed with their tests here: a reorder next to a prompt offered again (listed first
+after a restart or a new controller) answered without moving anything in the list, and a UI (or any client that
+is not the sidecar) could ``queueTake`` with the controller's listed id, handing prompts to no turn.
+
 Already held elsewhere (not repeated here): the basic push/list/remove/prioritize/reorder moves and a restart
 (test_seed003_write_paths_outsider ``test_queue_positions_idempotency_cap_priority_and_restart``), positions
 growing past removed tail entries across kills (same module), a taken entry offered again after a kill (same
