@@ -266,6 +266,7 @@ def _salvage_step(conn: sqlite3.Connection, data_dir: DataDir, source: Path, rep
                 "fence": interruption_fence(conn, now_ms=now_ms, boot_id=boot_id),
                 "retention": retention(conn, now_ms=now_ms, audit_days=audit_retention_days),
                 "tasksArmed": schedule.arm_unslotted(conn, now_ms),
+                "tasksResloted": schedule.reslot_off_grid(conn, now_ms),
                 "providersFollowed": follow_stored_keys(conn, now_ms=now_ms),
             }
     except Exception as exc:
@@ -394,6 +395,8 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         report["retention"] = retention(conn, now_ms=now, audit_days=audit_retention_days)
         # a saved schedule without a stored slot (an older build's row, a hand-written one) is armed from now
         report["tasksArmed"] = schedule.arm_unslotted(conn, now)
+        # a stored slot of another zone (the host restarted elsewhere) moves to this zone's wall time
+        report["tasksResloted"] = schedule.reslot_off_grid(conn, now)
     incremental_vacuum(conn)
     between("finishing interrupted deletes")
     # 2. interrupted deletes (their receipts restored from the markers), interrupted plan

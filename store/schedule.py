@@ -28,6 +28,12 @@ boot by :func:`arm_unslotted`: its next slot from *now* is stored, as for a new
 task (daily/weekly in the host local timezone), so no slot that passed while the
 host was down fires; a schedule no slot comes out of leaves it unarmed.
 
+A daily/weekly task whose stored future slot is not a slot of its schedule in
+the zone the host runs in now (the host was restarted in another zone, or the
+zone's rules changed) gets its next slot from *now* at boot
+(:func:`reslot_off_grid`): the schedule is a wall-clock time wherever the host
+runs.
+
 A wall clock stepped back (a clock that ran ahead, corrected) leaves a
 ``nextRunAt`` computed on the wrong clock: beyond what the cadence can reach
 from now (:func:`reach`), the task would wait out the whole step (a year
@@ -61,6 +67,7 @@ __all__ = [
     "is_armed",
     "next_due_at",
     "reach",
+    "reslot_off_grid",
 ]
 
 FIRE_POINT = "scheduler.fire.after_start"
@@ -141,6 +148,29 @@ def arm_unslotted(conn: sqlite3.Connection, now_ms: int) -> list[str]:
                      (dumps_exact({**config, "nextRunAt": nxt}).decode(), task["id"]))
         armed.append(task["id"])
     return armed
+
+
+def reslot_off_grid(conn: sqlite3.Connection, now_ms: int) -> list[str]:
+    """Store the next slot from ``now_ms`` of every daily/weekly task whose stored future ``nextRunAt`` is not
+    a slot of its schedule in the host's local time (§4.11 "Daily/weekly schedules use the host local
+    timezone"): the host now runs in another zone than the one the slot was computed in (a laptop that
+    travelled), or the zone's rules changed. Kept as stored, the slot would run at the old zone's wall time
+    (Berlin's 09:30 is 03:30 in New York). A slot of the schedule is the first slot after itself less a
+    millisecond; a slot that passed (missed while the host was down) is left to fire once. Returns the ids."""
+    moved: list[str] = []
+    for task in _tasks(conn):
+        slot, config = task.get("nextRunAt"), task["config"]
+        if task["cadence"] not in tasks.CALENDAR_CADENCES or not isinstance(slot, int) or slot <= now_ms:
+            continue
+        if tasks.next_run_at(task["cadence"], config, slot - 1) == slot:
+            continue
+        nxt = tasks.next_run_at(task["cadence"], config, now_ms)
+        if nxt is None or nxt <= now_ms:
+            continue
+        conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = ?",
+                     (dumps_exact({**config, "nextRunAt": nxt}).decode(), task["id"]))
+        moved.append(task["id"])
+    return moved
 
 
 def _move_back(conn: sqlite3.Connection, task: Mapping[str, Any], now_ms: int) -> None:

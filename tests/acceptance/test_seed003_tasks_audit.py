@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import trio
@@ -441,3 +442,68 @@ async def test_goal_and_legacy_chat_slots_are_refused_unattended_and_modes_are_n
             with trio.move_on_after(0.3):
                 extra = await c.next_event()
                 raise AssertionError(f"another task.due: {extra}")
+
+
+def _zone_slot(zone: str, after_ms: int, hour: int, minute: int, weekdays: set[int]) -> int:
+    """The first ``hour:minute`` of the named zone on a day in ``weekdays`` (0 = Sunday) after ``after_ms``."""
+    tz = ZoneInfo(zone)
+    today = datetime.fromtimestamp(after_ms / 1000, tz).date()
+    for d in range(9):
+        day = today + timedelta(days=d)
+        at = int(datetime(day.year, day.month, day.day, hour, minute, tzinfo=tz).timestamp() * 1000)
+        if day.isoweekday() % 7 in weekdays and at > after_ms:
+            return at
+    raise AssertionError("no slot within eight days")
+
+
+async def test_a_host_restarted_in_another_zone_runs_each_task_at_its_wall_time_there(tmp_path: Path) -> None:
+    """§4.11 "Daily/weekly schedules use the host local timezone": the schedule is a wall-clock time, the zone
+    is wherever the host runs. Tasks saved by a host in Europe/Berlin (daily and weekly on several weekdays,
+    09:30), the host then restarted in America/New_York (a laptop that travelled): each task is next due at
+    09:30 New York time, not at 03:30 (Berlin's 09:30 carried over); a slot that passed while the host was
+    down still fires once, then its next is New York's 09:30; a further restart in the same zone moves
+    nothing and fires nothing."""
+    data = data_dir(tmp_path)
+    every, some = set(range(7)), {1, 3, 5}
+    with trio.fail_after(90):
+        proc = start_host_process(data, env={"TZ": "Europe/Berlin"})
+        try:
+            async with client(proc) as c:
+                for task_id, cadence, days in (("trip-d", "daily", every), ("trip-w", "weekly", some),
+                                               ("trip-missed", "daily", every)):
+                    params: dict[str, Any] = {"taskId": task_id, "title": task_id, "prompt": "p", "cadence": cadence,
+                                              "schedule": {"hour": 9, "minute": 30}}
+                    if cadence == "weekly":
+                        params["weekdays"] = sorted(days)
+                    made = await c.call("tasks.create", params)
+                    assert at_ms(made["nextRunAt"]) in {_zone_slot("Europe/Berlin", t, 9, 30, days) for t in (
+                        made["createdAt"] - 1, int(time.time() * 1000))}, made["nextRunAt"]
+        finally:
+            proc.kill9()
+        _move_slots(data, ["trip-missed"], int(time.time() * 1000) - HOUR)
+        booted = int(time.time() * 1000)
+        proc = start_host_process(data, env={"TZ": "America/New_York"})
+        try:
+            async with client(proc, kind="agent") as c:
+                await c.subscribe(["task.due"], cursor=0)
+                event = await c.next_event()
+                assert event.data["taskId"] == "trip-missed"
+                answered = int(time.time() * 1000)
+                moved = {t["id"]: t for t in (await c.call("tasks.list", {}))["tasks"]}
+                for task_id, days in (("trip-d", every), ("trip-w", some), ("trip-missed", every)):
+                    got = at_ms(moved[task_id]["nextRunAt"])
+                    want = {_zone_slot("America/New_York", t, 9, 30, days) for t in (booted, answered)}
+                    assert got in want, (task_id, moved[task_id]["nextRunAt"],
+                                         datetime.fromtimestamp(got / 1000, ZoneInfo("America/New_York")))
+                assert len((await c.call("tasks.runs", {"taskId": "trip-missed"}))["runs"]) == 1
+        finally:
+            proc.kill9()
+        proc = start_host_process(data, env={"TZ": "America/New_York"})
+        try:
+            async with client(proc, kind="agent") as c:
+                assert {t["id"]: t["nextRunAt"] for t in (await c.call("tasks.list", {}))["tasks"]} == {
+                    k: v["nextRunAt"] for k, v in moved.items()}
+                for task_id in ("trip-d", "trip-w"):
+                    assert (await c.call("tasks.runs", {"taskId": task_id}))["runs"] == [], task_id
+        finally:
+            proc.kill9()
