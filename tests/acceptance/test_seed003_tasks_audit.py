@@ -6,7 +6,7 @@ Clauses older tests already hold, not repeated here: bad schedules, cadences, mo
 levels, a providerId without its modelId (test_seed003_tasks_outsider); weekday lists on an in-process host,
 project/session SET NULL there, hourly = now + 1 h, Run now of plan/goal/chat tasks
 (test_seed003_runs_outsider); keyed start/finish/delete retried after their commit, a scheduled Plan slot, a
-fire killed mid-way, local time in a whole-day-ahead zone and a synthetic midnight DST change
+fire killed mid-way, local time in a UTC+05:45 zone and a synthetic midnight DST change
 (test_seed003_tasks_outsider); the boot prune of runs past 100 (test_seed003_retention_audit).
 
 Added here: nextRunAt across summer-time changes with New York's, Berlin's and Lord Howe's offsets and shifts
@@ -14,10 +14,11 @@ Added here: nextRunAt across summer-time changes with New York's, Berlin's and L
 TZ rule with the zone's offsets whose change falls near now): the slot is the picked wall-clock time of its own
 day, a time the spring-forward gap skips runs when the clock would have shown it had it not jumped, and a time
 the fall-back repeats runs once, at its first occurrence (the answers protocol/README "Scheduled tasks on the
-wire" gives); a deleted project and a deleted session across a
-restart; the cascade leaving no run row; start/finish killed before the commit and retried keyed and plain;
-the history while runs are added (newest first, the cap of 100 at every insert); the clear code of refused
-weekday lists; a Goal task's and a legacy chat task's slot refused with PLAN_REQUIRES_INTERACTIVE_SESSION."""
+wire" gives); a host restarted in another zone (Europe/Berlin, then America/New_York) runs each task at its
+wall time there; a deleted project and a deleted session across a restart; the cascade leaving no run row;
+start/finish killed before the commit and retried keyed and plain; the history while runs are added (newest
+first, the cap of 100 at every insert); the clear code of refused weekday lists; a Goal task's and a legacy
+chat task's slot refused with PLAN_REQUIRES_INTERACTIVE_SESSION."""
 
 from __future__ import annotations
 
