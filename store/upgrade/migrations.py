@@ -632,8 +632,11 @@ def backup_database(
 ) -> Path:
     """WAL-checkpoint, then write an exact, verified copy to ``<db>.v<version>.bak``.
 
-    The copy is made with the SQLite online backup API (page for page), turned
-    into a self-contained rollback-journal file, fsynced, verified (opens, same
+    The copy is the checkpointed file byte for byte (read while ``conn`` holds
+    a lock no writer gets past), but for the header's two file-format bytes
+    (18–19) that say "WAL": they say rollback journal, so the backup is one
+    self-contained file a read-only open does not grow ``-wal``/``-shm``
+    siblings beside. It is fsynced, verified (opens read-only, same
     ``user_version``, ``quick_check`` ok) and only then renamed into place.
     ``checkpoint=False``: ``conn`` is a read-only connection to a file that has
     no WAL (nothing to checkpoint, and the source must not be written).
@@ -646,22 +649,16 @@ def backup_database(
     target = free_path(db_path.with_name(f"{db_path.name}.v{version}.bak"), now_ms)
     tmp = target.with_name(f"{target.name}.tmp-{now_ms}")
     try:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
         raise classify_os_error(exc, f"creating backup {tmp}") from exc
     try:
-        dst = sqlite3.connect(tmp, isolation_level=None)
         try:
-            conn.backup(dst)
-            dst.execute("PRAGMA journal_mode = DELETE").fetchone()
-        finally:
-            dst.close()
-        _verify_backup(tmp, version)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
+            _copy_locked(conn, db_path, fd, writer=checkpoint)
             os.fsync(fd)
         finally:
             os.close(fd)
+        _verify_backup(tmp, version)
         os.rename(tmp, target)
         fsync_dir(target.parent)
     except BaseException as exc:
@@ -673,6 +670,36 @@ def backup_database(
             raise MigrationFailed(f"backup of {db_path} to {target} failed: {exc}") from exc
         raise
     return target
+
+
+_COPY_CHUNK: Final = 1 << 20
+_WAL_FORMAT: Final = b"\x02\x02"  # header bytes 18-19: file format write/read version 2 = WAL, 1 = rollback
+
+
+def _copy_locked(conn: sqlite3.Connection, db_path: Path, fd: int, *, writer: bool) -> None:
+    """Copy ``db_path``'s bytes to ``fd`` while ``conn`` holds the write lock (``writer``: the checkpointed
+    writer, whose ``-wal`` must be empty) or a read lock (a rollback-journal file, read-only ``conn``)."""
+    conn.execute("BEGIN IMMEDIATE" if writer else "BEGIN")
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the lock is taken on the first read
+        wal = Path(f"{db_path}-wal")
+        if writer and wal.exists() and wal.stat().st_size > 0:
+            raise MigrationFailed(f"cannot back up {db_path}: its -wal still holds frames after the checkpoint")
+        with open(db_path, "rb") as src:
+            header = bytearray(src.read(100))
+            if header[18:20] == _WAL_FORMAT:
+                header[18:20] = b"\x01\x01"
+            _write_all(fd, bytes(header))
+            while chunk := src.read(_COPY_CHUNK):
+                _write_all(fd, chunk)
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _remove_stale_backup_temps(db_path: Path) -> None:
