@@ -5,7 +5,9 @@ processes, looked at over WebSocket and by reading the files. Only what older te
 * each backup is the pre-migration file BYTE FOR BYTE (older tests compare logical dumps), apart from the
   header's write/read-format bytes that say "WAL", so that it opens read-only as one self-contained file
   without growing ``-wal``/``-shm`` siblings; the v15 file that walks v15→v16→v17 in one launch (its v16
-  backup a v16 file), ``largePasteThreshold`` out of range in a migrated blob;
+  backup a v16 file), ``largePasteThreshold`` out of range in a migrated blob, a transcript whose header
+  says a newer file schema;
+* the pre-v7 archive is the old file with its ``-wal`` folded in, byte for byte;
 * a refusal leaves every file of the directory as it was (bytes and mode); what it adds is the backup, and
   what any start makes before it opens the database (its lock, token, empty log, empty seed §2 folders);
 * SIGKILL at the moments tests/migrations/test_crash_chain.py leaves out of each seed step (after the commit
@@ -39,6 +41,7 @@ import trio
 
 from runtime.client import open_client
 from store.upgrade.schema import SCHEMA_VERSION
+from tests.acceptance.test_seed003_migrations_outsider import _leave_in_wal
 from tests.hostkit import HostProcess, run_cli, serve_until_exit, start_host_process
 from tests.migrations.dbcheck import boot_report, file_layout, seed_layout, user_version
 from tests.migrations.seedkit import after_boot, assert_rows_present, build_seed_dir, expected_rows
@@ -91,16 +94,19 @@ def _assert_exact_backup(bak: Path, original: bytes, version: int) -> None:
     assert set(os.listdir(bak.parent)) == siblings, "a read-only open of the backup left files beside it"
 
 
-async def _settings(host: HostProcess) -> dict[str, Any]:
+async def _look(host: HostProcess, create: bool) -> dict[str, Any]:
     async with open_client(host.url, host.token, client_id="mig-audit", client_kind="test") as c:
-        got: dict[str, Any] = await c.call("settings.get", {"ns": "app", "key": "settings"})
-        return got
+        seen = {"settings": await c.call("settings.get", {"ns": "app", "key": "settings"}),
+                "beta": await c.call("session.get", {"sessionId": "s-beta", "messageLimit": 50})}
+        if create:
+            await c.call("session.create", {"sessionId": "s-new", "title": "new"})
+        return seen
 
 
-def _serve_and_read(data: Path) -> dict[str, Any]:
+def _serve_and_read(data: Path, *, create: bool = False) -> dict[str, Any]:
     host = start_host_process(data)
     try:
-        return trio.run(_settings, host)
+        return trio.run(_look, host, create)
     finally:
         assert host.terminate(60) == 0
 
@@ -125,8 +131,22 @@ def test_a_v15_file_walks_both_steps_behind_byte_exact_backups_and_a_second_laun
     version = 15
     seed = build_seed_dir(data, version, tweak=_out_of_range_paste)
     original = seed.db.read_bytes()  # the fixture closed it cleanly: this is the file after its checkpoint
-    seen = _serve_and_read(data)
-    assert seen["value"]["largePasteThreshold"] == 600
+    # §7 "The transcript file format carries its own schema field in the session header line; unknown line
+    # types are skipped, so additive file-format growth needs no reset": a transcript a newer writer grew
+    rel = "sessions/s-beta.jsonl"
+    lines = seed.files[rel].splitlines(keepends=True)
+    ids = [r["id"] for r in map(json.loads, lines[1:]) if r.get("type") == "message"]
+    assert ids
+    header = {**json.loads(lines[0]), "schema": 2, "writer": {"app": "pi-desktop", "build": "3.0.0"}}
+    grown = b"".join([json.dumps(header).encode() + b"\n", *lines[1:],
+                      b'{"type":"annotation","id":"x-1","messageId":"' + ids[0].encode() + b'","note":"later"}\n'])
+    (data / rel).write_bytes(grown)
+    seed.files[rel] = grown
+    seen = _serve_and_read(data, create=True)
+    assert seen["settings"]["value"]["largePasteThreshold"] == 600
+    assert [m["id"] for m in seen["beta"]["messages"]] == ids
+    new_header = json.loads((data / "sessions" / "s-new.jsonl").read_bytes().split(b"\n", 1)[0])
+    assert new_header["type"] == "session" and type(new_header["schema"]) is int
     conn = sqlite3.connect(f"{seed.db.resolve().as_uri()}?mode=ro", uri=True)
     try:
         stored = json.loads(conn.execute("SELECT value_json FROM kv WHERE ns = 'app' AND key = 'settings'")
@@ -149,6 +169,21 @@ def test_a_v15_file_walks_both_steps_behind_byte_exact_backups_and_a_second_laun
     _serve_and_read(data)
     assert boot_report(seed.db)["database"]["backups"] == []
     assert {name: (data / name).read_bytes() for name in _backups(data)} == before
+    assert seed.file_bytes() == seed.files  # the grown transcript too
+
+
+def test_the_pre_v7_archive_is_the_checkpointed_file_byte_for_byte(tmp_path: Path) -> None:
+    """§7: "Opening a database with user_version 1–6 WAL-checkpoints it, renames it to pi.sqlite.v6.bak
+    (removing stale -wal/-shm siblings)": the archive is the old file with its -wal folded in, byte for byte
+    (a rename, nothing rewritten), and alone."""
+    data = tmp_path / "data"
+    seed = build_seed_dir(data, 7)
+    _leave_in_wal(seed.db, "INSERT INTO kv VALUES ('ui', 'only-in-wal', '\"kept\"', 1)", "PRAGMA user_version = 3")
+    original = _checkpointed(seed.db)
+    _serve_and_read(data)
+    assert _backups(data) == ["pi.sqlite.v6.bak"]
+    assert (data / "pi.sqlite.v6.bak").read_bytes() == original
+    assert user_version(data / "pi.sqlite.v6.bak") == 3 and user_version(seed.db) == SCHEMA_VERSION
 
 
 # --- a refusal changes nothing but the backup ---------------------------------------------------------------
