@@ -45,6 +45,7 @@ from tests.acceptance.test_seed003_migrations_outsider import _leave_in_wal
 from tests.hostkit import HostProcess, run_cli, serve_until_exit, start_host_process
 from tests.migrations.dbcheck import boot_report, file_layout, seed_layout, user_version
 from tests.migrations.seedkit import after_boot, assert_rows_present, build_seed_dir, expected_rows
+from tests.migrations.test_fail_closed import _to_rollback_journal
 
 Rows = dict[str, list[dict[str, Any]]]
 EXIT_STORE_REFUSED = 5  # runtime/cli_serve.py: a StoreError at start
@@ -200,9 +201,15 @@ def _task_mode(rows: Rows) -> None:
     rows["scheduled_tasks"][0]["config_json"] = '{"mode": "chatty", "extension": {"mode": "chat"}}'
 
 
+def _session_mode(rows: Rows) -> None:
+    rows["sessions"][1]["mode"] = "ask"
+
+
+# case: (version, tweak, what the refusal names, the file is in rollback-journal mode)
 REFUSALS = {
-    "wrong-platform-shell": (8, _shell("powershell"), "defaultCommandShell 'powershell'"),
-    "scheduled-mode": (10, _task_mode, "mode 'chatty'"),
+    "wrong-platform-shell": (8, _shell("powershell"), "defaultCommandShell 'powershell'", False),
+    "scheduled-mode": (10, _task_mode, "mode 'chatty'", False),
+    "session-mode-rollback-journal-file": (9, _session_mode, "mode 'ask'", True),
 }
 
 
@@ -212,9 +219,11 @@ def test_a_refusal_leaves_the_directory_as_it_was_apart_from_the_backup(tmp_path
     transaction, and leaves the pre-migration schema authoritative; the backup remains available for
     recovery" — and the refusal names the value; no file of the directory is rewritten or re-moded, and the
     only new file with content besides the backup is the start's own lock and token."""
-    version, tweak, named = REFUSALS[case]
+    version, tweak, named, rollback_journal = REFUSALS[case]
     data = tmp_path / "data"
     seed = build_seed_dir(data, version, tweak=tweak)
+    if rollback_journal:
+        _to_rollback_journal(seed.db)
     original = seed.db.read_bytes()
     before = _tree(data)
     done = run_cli("--data-dir", str(data), "serve", "--port", "0", "--quiet")
