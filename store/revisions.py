@@ -554,6 +554,47 @@ def resolve(
                   {k: v for k, v in live_turns.items() if k in ids}, True)
 
 
+@dataclass(frozen=True)
+class Respelled:
+    """A branch's data with the ids another session took respelled (:func:`respell`)."""
+
+    messages: list[dict[str, Any]]
+    turns: dict[str, str]
+    compactions: list[dict[str, Any]]
+    deleted: set[str]
+
+
+def respell(session_id: str, taken: Iterable[str], messages: Sequence[Mapping[str, Any]],
+            turns: Mapping[str, str], compactions: Sequence[Mapping[str, Any]], deleted: Iterable[str]) -> Respelled:
+    """A restored branch whose message ids another session took since it left the transcript (the
+    revisions file holds no id in the index): each such id becomes its D444 spelling ``{sessionId}:{id}``,
+    the id an append of it would be stored under, and so does every reference the branch's data makes to
+    it (its turns map, its deleted ids, its checkpoints' ``throughMessageId`` / ``firstKeptMessageId`` and
+    ``retainedTail`` copies). ``meta.revisionRootId`` is a family key of this session's revisions file,
+    not a message id any session holds, and stays as the file keys the family. The file itself is never
+    changed: a restore respells again (an id spelled already is not taken, so no id is spelled twice)."""
+    names = {mid: remapped_message_id(session_id, mid) for mid in taken}
+
+    def name(mid: Any) -> Any:
+        return names.get(mid, mid) if isinstance(mid, str) else mid
+
+    def message(rec: Mapping[str, Any]) -> dict[str, Any]:
+        return {**rec, "id": name(rec.get("id"))}
+
+    def checkpoint(rec: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(rec)
+        for key in ("throughMessageId", "firstKeptMessageId"):
+            if key in out:
+                out[key] = name(out[key])
+        tail = out.get("retainedTail")
+        if isinstance(tail, list):
+            out["retainedTail"] = [message(m) if isinstance(m, Mapping) else m for m in tail]
+        return out
+
+    return Respelled([message(m) for m in messages], {name(k): v for k, v in turns.items()},
+                     [checkpoint(c) for c in compactions], {name(d) for d in deleted})
+
+
 # --------------------------------------------------------------------------- index rows (message_revisions)
 
 
@@ -678,6 +719,7 @@ __all__ = [
     "archived_deletion_lines",
     "Branch",
     "PAGER_KEYS",
+    "Respelled",
     "REVISION",
     "REVISION_LIVE",
     "RevisionEntry",
@@ -694,6 +736,7 @@ __all__ = [
     "payload_digest",
     "read_revisions",
     "resolve",
+    "respell",
     "restore_rows",
     "revision_line",
     "revision_live_line",

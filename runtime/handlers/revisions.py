@@ -59,6 +59,7 @@ from store.revisions import (
     live_stamps,
     payload_digest,
     read_revisions,
+    respell,
     restore_rows,
     revision_line,
     revision_live_line,
@@ -521,8 +522,14 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     turns = await ctx.read(turn_map, sid)
     # comparing the live branch with its stored variant and merging the restored one copy and compare whole
     # branches (O(session)): in this actor's worker thread, not on the trio loop (as the rewrite's plan below)
-    switch = await ctx.io(plan_switch, sid, live, rpos, rf, family, known, current, target_idx, target, turns,
-                          frozenset(_live_refs(ctx)))
+    refs = frozenset(_live_refs(ctx))
+    switch = await ctx.io(plan_switch, sid, live, rpos, rf, family, known, current, target_idx, target, turns, refs)
+    # ids of the branch another session took since it left the transcript (the revisions file reserves none)
+    # come back as an append of them is stored: under this session's D444 spelling
+    taken = await _foreign_ids(ctx, switch.restored_ids)
+    if taken:
+        switch = await ctx.io(plan_switch, sid, live, rpos, rf, family, known, current, target_idx, target, turns,
+                              refs, frozenset(taken))
     await _check_foreign_ids(ctx, switch.restored_ids)
     new_msgs, shown, descent = switch.new_msgs, switch.shown, switch.descent
     # the whole transcript serialized: this actor's worker thread's work, not the trio loop's (as below)
@@ -549,10 +556,11 @@ class Switch:
 
 def plan_switch(sid: str, live: LiveTranscript, rpos: int, rf: RevisionFile, family: str, known: set[int],
                 current: int | None, target_idx: int, target: RevisionEntry, turns: Mapping[str, str],
-                refs: frozenset[tuple[str, int]]) -> Switch:
+                refs: frozenset[tuple[str, int]], taken: frozenset[str] = frozenset()) -> Switch:
     """``activateRevision``'s pure part, run in the session's worker thread: the live branch compared with
     its stored variant (stored first unless the file holds exactly it), the restored branch on its newest
-    descendants merged after the messages before the root, and the live branches the switch drops."""
+    descendants merged after the messages before the root, and the live branches the switch drops.
+    ``taken``: restored ids another session holds, which come back respelled (:func:`store.revisions.respell`)."""
     hidden = hidden_by_import(sid, live.tombstones)  # other branches of an imported tree: stored apart
     live_branch = [dict(msg) for msg in live.messages[rpos:] if msg["id"] not in hidden]
     if current is not None:
@@ -574,6 +582,10 @@ def plan_switch(sid: str, live: LiveTranscript, rpos: int, rf: RevisionFile, fam
     if restored and restored[0].get("role") == "user":
         restored[0] = with_stamp(restored[0], count=len(known | {live_idx}), active=target_idx, root=family)
     restored, descent = newest_descendants(rf, family, restored, target)
+    if taken:
+        spelled = respell(sid, taken, restored, descent.turns, descent.compactions, descent.deleted)
+        restored, descent.turns, descent.compactions, descent.deleted = (
+            spelled.messages, spelled.turns, spelled.compactions, spelled.deleted)
     merged: dict[str, dict[str, Any]] = {}
     for rec in live.messages[:rpos] + restored:
         merged[rec["id"]] = rec  # keep-last content at first position (the reader rule)
@@ -682,9 +694,17 @@ def _unstamped(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-async def _check_foreign_ids(ctx: SessionContext, ids: Sequence[str]) -> None:
+async def _foreign_ids(ctx: SessionContext, ids: Sequence[str]) -> set[str]:
+    """The ids another session holds: in the index, or in its acknowledged appends the index does not
+    cover yet (asked first: one settled before the read is in the read's snapshot), as an append asks."""
+    pending = ctx.index_log.held(ids)
     known = await ctx.read(index.lookup_ids, ids)
-    foreign = sorted(mid for mid, hit in known.items() if hit[0] != ctx.sid)
+    return ({mid for mid, hit in known.items() if hit[0] != ctx.sid}
+            | {mid for mid, held in pending.items() if held.session_id != ctx.sid})
+
+
+async def _check_foreign_ids(ctx: SessionContext, ids: Sequence[str]) -> None:
+    foreign = sorted(await _foreign_ids(ctx, ids))
     if foreign:
         raise Conflict(f"message id {foreign[0]} belongs to another session",
                        data={"sessionId": ctx.sid, "messageId": foreign[0]})

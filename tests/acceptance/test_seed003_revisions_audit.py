@@ -17,7 +17,8 @@ edit whose ``meta.revisionRootId`` names the chosen id of a root the host stored
 the refusals checked byte-for-byte.
 
 Message ids are the host's, not a session's: an id another session holds is stored as ``{sessionId}:{id}``,
-and a branch whose ids another session took since it left the transcript cannot be restored (``CONFLICT``).
+and a branch whose ids another session took since it left the transcript comes back with those ids so spelled
+(tests/revisions/test_restore_taken_ids.py).
 The probes on the shared host run one after another and read ids through :func:`_plain`; the kill matrix tags
 each session's ids.
 """

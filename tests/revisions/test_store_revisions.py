@@ -23,6 +23,7 @@ from store.revisions import (
     payload_digest,
     read_revisions,
     resolve,
+    respell,
     revision_line,
     revision_live_line,
     rows_from_file,
@@ -279,3 +280,23 @@ def test_archived_deletion_lines_refresh_only_full_branches_holding_the_message(
     restored = archived_deletion_lines(path, ["a1"], False, created_at_ms=9_500)
     out = loads_line(restored.lines[0])
     assert "deleted" not in out and out["receipts"] == [receipt]
+
+
+# ---------------------------------------------------------------- respell (ids another session took)
+
+
+def test_respell_spells_taken_ids_and_every_reference_to_them() -> None:
+    """A restored branch's ids another session took become ``{sessionId}:{id}``, and so do its turns map, its
+    deleted ids and its checkpoints' anchors and tail copies; other ids, the family key and the inputs stay."""
+    msgs = [m("u1", meta={"revisionRootId": "u1"}), m("a1", "assistant"), m("u2"), m("a2", "assistant")]
+    cp = {"type": "compaction", "id": "c1", "throughMessageId": "a1", "firstKeptMessageId": "u1",
+          "retainedTail": [m("a1", "assistant")]}
+    got = respell("S", {"a1", "u1"}, msgs, {"a1": "t1", "a2": "t2"}, [cp], {"a1", "a2"})
+    assert [x["id"] for x in got.messages] == ["S:u1", "S:a1", "u2", "a2"]
+    assert got.messages[0]["meta"] == {"revisionRootId": "u1"}  # the family key, as the file keys it
+    assert got.turns == {"S:a1": "t1", "a2": "t2"}
+    assert got.deleted == {"S:a1", "a2"}
+    assert got.compactions[0]["throughMessageId"] == "S:a1" and got.compactions[0]["firstKeptMessageId"] == "S:u1"
+    assert [x["id"] for x in got.compactions[0]["retainedTail"]] == ["S:a1"]
+    assert msgs[1]["id"] == "a1" and cp["throughMessageId"] == "a1"  # the inputs are not changed
+    assert respell("S", set(), msgs, {}, [cp], set()).messages == msgs

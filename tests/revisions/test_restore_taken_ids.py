@@ -1,0 +1,180 @@
+"""Seed 003 §11 item 13: "the pager can restore any archived branch", also when another session took one of
+its message ids after the branch left the transcript. Message ids are the host's: a message in
+``sessions/<id>.revisions.jsonl`` no longer holds its id in the index, so session B may append ``a1`` after
+session A regenerated away from its ``a1``. Restoring A's branch then brings ``a1`` back as an append of that
+id would be stored: ``{sessionId}:a1`` (D444), with every reference the branch makes to it (its checkpoints'
+``throughMessageId``, its deleted ids, its turns) spelled the same way, so the branch reads back message for
+message. Black-box, against real ``pi-host serve`` processes; kills are SIGKILL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from protocol.methods import METHODS
+from runtime.client import HostClient
+from tests.acceptance.outsiderkit import client, real_host, say
+from tests.hostkit import call_killed_at, msg, start_host_process
+
+
+def _revisions(root: Path, sid: str) -> bytes:
+    path = root / "sessions" / f"{sid}.revisions.jsonl"
+    return path.read_bytes() if path.exists() else b""
+
+
+def _drop_database(root: Path) -> None:
+    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+        (root / name).unlink(missing_ok=True)
+
+
+def _text(m: dict[str, Any]) -> str:
+    return "".join(b.get("text", "") for b in m.get("blocks", ()))
+
+
+async def _call(c: HostClient, method: str, params: dict[str, Any]) -> Any:
+    result = await c.call(method, params)
+    METHODS[method].result_model.model_validate(result)
+    return result
+
+
+async def _live(c: HostClient, sid: str) -> list[tuple[str, str]]:
+    page = await _call(c, "session.get", {"sessionId": sid, "messageLimit": 200})
+    return [(m["id"], _text(m)) for m in page["messages"]]
+
+
+async def _context(c: HostClient, sid: str) -> list[str]:
+    return [m["id"] for m in (await _call(c, "session.context", {"sessionId": sid}))["messages"]]
+
+
+async def _checkpoints(c: HostClient, sid: str) -> list[tuple[str, str]]:
+    page = await _call(c, "session.get", {"sessionId": sid, "messageLimit": 200})
+    return [(cp["id"], cp["throughMessageId"]) for cp in page.get("compactions", ())]
+
+
+async def _rows(c: HostClient, sid: str) -> list[tuple[str, int, bool, int]]:
+    got = (await _call(c, "session.listRevisions", {"sessionId": sid}))["revisions"]
+    return [(r["rootUserId"], r["revisionIndex"], r["isActive"], r["messageCount"]) for r in got]
+
+
+OLD = [("u1", "question u1"), ("a1", "old answer"), ("u2", "question u2"), ("a2", "second answer")]
+
+
+async def _setup(c: HostClient) -> tuple[str, str]:
+    """Session A: u1 a1 u2 a2 (a checkpoint through a1, a2 deleted), regenerated at a1 → u1 a1b. Session B
+    then appends its own a1 and a2: A's archived branch holds ids another session holds now."""
+    a = (await _call(c, "session.create", {}))["id"]
+    for mid, text in OLD:
+        await say(c, a, mid, text, "assistant" if mid.startswith("a") else "user")
+    await _call(c, "session.appendCompaction", {"sessionId": a, "compaction": {
+        "id": "c1", "summary": "summary c1", "throughMessageId": "a1", "tokensBefore": 100}})
+    await _call(c, "session.deleteMessage", {"sessionId": a, "messageId": "a2"})
+    await _call(c, "session.truncateFrom", {"sessionId": a, "messageId": "a1", "mode": "regenerate"})
+    await say(c, a, "a1b", "new answer", "assistant")
+    b = (await _call(c, "session.create", {}))["id"]
+    await say(c, b, "a1", "B's own a1", "assistant")
+    await say(c, b, "a2", "B's own a2", "assistant")
+    return a, b
+
+
+async def _assert_old_branch(c: HostClient, a: str, b: str) -> None:
+    """A shows its old branch message for message, the taken ids spelled as an append of them would be; B
+    keeps its own a1 and a2."""
+    assert await _live(c, a) == [("u1", "question u1"), (f"{a}:a1", "old answer"), ("u2", "question u2"),
+                                 (f"{a}:a2", "second answer")]
+    # the checkpoint through a1 still stands (its summary replaces u1 a1), a2 stays deleted (its tombstone too)
+    assert await _checkpoints(c, a) == [("c1", f"{a}:a1")]
+    assert await _context(c, a) == ["c1", "u2"]
+    assert await _live(c, b) == [("a1", "B's own a1"), ("a2", "B's own a2")]
+    again = await _call(c, "session.appendMessage", {"sessionId": a, "message": msg("a1", "old answer",
+                                                                                       role="assistant")})
+    assert again["message"]["id"] == f"{a}:a1"  # what an append of that id is answered: the same row
+
+
+async def _assert_new_branch(c: HostClient, a: str) -> None:
+    assert await _live(c, a) == [("u1", "question u1"), ("a1b", "new answer")]
+
+
+async def _switch(c: HostClient, a: str, idx: int, **extra: Any) -> Any:
+    return await _call(c, "session.activateRevision", {"sessionId": a, "rootUserId": "u1", "revisionIndex": idx,
+                                                       **extra})
+
+
+async def test_a_branch_whose_id_another_session_took_is_restored_under_the_sessions_spelling(
+        tmp_path: Path) -> None:
+    """Before the fix: CONFLICT "message id a1 belongs to another session". Switching back and forth keeps
+    one spelling (never ``{a}:{a}:a1``) and only ever appends to the revisions file."""
+    root = tmp_path / "data"
+    root.mkdir()
+    with trio.fail_after(120):
+        async with real_host(root) as (_, c):
+            a, b = await _setup(c)
+            before = _revisions(root, a)
+            await _switch(c, a, 1)
+            await _assert_old_branch(c, a, b)
+            assert await _rows(c, a) == [("u1", 1, True, 4), ("u1", 2, False, 2)]
+            sizes = []
+            for _ in range(3):
+                now = _revisions(root, a)
+                assert now.startswith(before)
+                before = now
+                sizes.append(len(now))
+                await _switch(c, a, 2)
+                await _assert_new_branch(c, a)
+                await _switch(c, a, 1)
+                await _assert_old_branch(c, a, b)
+            assert sizes[1] == sizes[2], "a steady back-and-forth writes no new lines"
+            assert await _rows(c, a) == [("u1", 1, True, 4), ("u1", 2, False, 2)]
+
+
+async def test_the_restore_holds_across_a_restart_and_a_rebuilt_index(tmp_path: Path) -> None:
+    """The index deleted and rebuilt from the files between every step: before the switch (B's a1 owns the
+    bare id), after it, and after switching back and forth."""
+    root = tmp_path / "data"
+    root.mkdir()
+    with trio.fail_after(180):
+        async with real_host(root) as (_, c):
+            a, b = await _setup(c)
+        _drop_database(root)
+        async with real_host(root) as (_, c):
+            await _switch(c, a, 1)
+            await _assert_old_branch(c, a, b)
+        _drop_database(root)
+        async with real_host(root) as (_, c):
+            await _assert_old_branch(c, a, b)
+            await _switch(c, a, 2)
+            await _assert_new_branch(c, a)
+        async with real_host(root) as (_, c):  # a plain restart
+            await _switch(c, a, 1)
+        _drop_database(root)
+        async with real_host(root) as (_, c):
+            await _assert_old_branch(c, a, b)
+            assert await _rows(c, a) == [("u1", 1, True, 4), ("u1", 2, False, 2)]
+
+
+async def test_a_keyed_restore_killed_after_its_rewrite_takes_effect_once(tmp_path: Path) -> None:
+    """SIGKILL after the transcript rename, before the reindex; the keyed retry on a restarted host answers
+    the switch and writes nothing more."""
+    root = tmp_path / "data"
+    root.mkdir()
+    with trio.fail_after(180):
+        async with real_host(root, client_id="k") as (_, c):
+            a, b = await _setup(c)
+        params = {"sessionId": a, "rootUserId": "u1", "revisionIndex": 1, "submissionId": "K1"}
+        await call_killed_at(root, "rewrite.after_rename", "session.activateRevision", params, client_id="k")
+        after_kill = (_revisions(root, a), (root / "sessions" / f"{a}.jsonl").read_bytes())
+        host = start_host_process(root)
+        try:
+            async with client(host, client_id="k") as c:
+                first = await _call(c, "session.activateRevision", params)
+                again = await _call(c, "session.activateRevision", params)
+                assert again == first
+                await _assert_old_branch(c, a, b)
+                assert [r["revisionIndex"] for r in first["revisions"] if r["isActive"]] == [1]
+                assert _revisions(root, a) == after_kill[0]
+                body = (root / "sessions" / f"{a}.jsonl").read_bytes()
+                assert body.count(f'"id":"{a}:a1"'.encode()) == 1 and b'"id":"a1"' not in body
+        finally:
+            host.kill9()
