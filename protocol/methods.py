@@ -326,7 +326,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.ActivateRevisionParams,
         m.ActivateRevisionResult,
         "Switch the live transcript to an archived branch.",
-        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND", "NOT_FOUND")),
+        _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND", "NOT_FOUND", "CONFLICT")),
     ),
     _spec(
         "session.listRevisions",
@@ -347,7 +347,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.ReplaceMessagesParams,
         m.SessionResult,
         "Atomically rewrite the whole transcript with these messages.",
-        _codes(_SESSION_WRITE, ("PERMISSION_DENIED",)),
+        _codes(_SESSION_WRITE, ("PERMISSION_DENIED", "CONFLICT")),
     ),
     _spec(
         "session.appendCompaction",
