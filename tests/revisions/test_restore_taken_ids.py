@@ -178,3 +178,29 @@ async def test_a_keyed_restore_killed_after_its_rewrite_takes_effect_once(tmp_pa
                 assert body.count(f'"id":"{a}:a1"'.encode()) == 1 and b'"id":"a1"' not in body
         finally:
             host.kill9()
+
+
+async def test_an_edited_away_root_whose_id_another_session_took_comes_back_in_its_family(tmp_path: Path) -> None:
+    """An edit archived the user message u1 itself (the edit u1e names it in ``meta.revisionRootId``); B took u1
+    and a1. The restore shows ``{a}:u1`` ``{a}:a1``, still the family u1 (its rows, its pager), and switching
+    back and forth by the id the client chose keeps working."""
+    root = tmp_path / "data"
+    root.mkdir()
+    with trio.fail_after(120):
+        async with real_host(root) as (_, c):
+            a = (await _call(c, "session.create", {}))["id"]
+            await say(c, a, "u1", "first wording")
+            await say(c, a, "a1", "first answer", "assistant")
+            await _call(c, "session.truncateFrom", {"sessionId": a, "messageId": "u1", "mode": "edit"})
+            await say(c, a, "u1e", "second wording", meta={"revisionRootId": "u1"})
+            await say(c, a, "a1e", "second answer", "assistant")
+            b = (await _call(c, "session.create", {}))["id"]
+            await say(c, b, "u1", "B's u1")
+            await say(c, b, "a1", "B's a1", "assistant")
+            for _ in range(2):
+                await _switch(c, a, 1)
+                assert await _live(c, a) == [(f"{a}:u1", "first wording"), (f"{a}:a1", "first answer")]
+                assert await _rows(c, a) == [("u1", 1, True, 2), ("u1", 2, False, 2)]
+                await _switch(c, a, 2)
+                assert await _live(c, a) == [("u1e", "second wording"), ("a1e", "second answer")]
+            assert await _live(c, b) == [("u1", "B's u1"), ("a1", "B's a1")]
