@@ -155,8 +155,11 @@ def _remember(conn: sqlite3.Connection, skill: dict[str, Any], now_ms: int) -> N
 
 
 def put_skill(conn: sqlite3.Connection, *, name: object, version: object, source: object,
-              description: object = None, origin: object = None, now_ms: int) -> tuple[dict[str, Any], bool]:
-    """Store a skill; (the stored skill, whether anything changed). Raises before writing on a bad value."""
+              description: object = None, origin: object = None, now_ms: int,
+              updated_at: int | None = None) -> tuple[dict[str, Any], bool]:
+    """Store a skill; (the stored skill, whether anything changed). Raises before writing on a bad value.
+    ``updated_at`` (default ``now_ms``) is the skill's edit time: ``configSync.apply`` keeps the one the bundle
+    carries, so "newest wins" compares edits, not the moments a copy arrived on some device."""
     new = _checked(name, version, source, description, origin)
     found = get_value(conn, SKILLS_NS, new["name"], lenient=True)
     old = found[0] if found is not None and isinstance(found[0], dict) else None
@@ -173,7 +176,7 @@ def put_skill(conn: sqlite3.Connection, *, name: object, version: object, source
     created = old.get("createdAt") if old is not None and isinstance(old.get("createdAt"), int) else now_ms
     if old is not None and {k: v for k, v in old.items() if k not in ("createdAt", "updatedAt")} == new:
         return old, False
-    stored = {**new, "createdAt": created, "updatedAt": now_ms}
+    stored = {**new, "createdAt": created, "updatedAt": now_ms if updated_at is None else updated_at}
     if old is not None:
         _remember(conn, old, now_ms)  # a row an older build stored: its version keeps its source too
     _remember(conn, stored, now_ms)

@@ -349,16 +349,21 @@ def _portable_skill(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
 
 
 def _apply_skill(conn: sqlite3.Connection, item: Any, now_ms: int) -> bool:
-    """Newest wins: a skill this host lacks, or holds with an older ``updatedAt``, is put (its rules apply:
-    a version naming other source here is ``CONFLICT``); a local one as new or newer is kept."""
+    """Newest wins: a skill this host lacks, or holds with an older ``updatedAt``, is put with the bundle's
+    ``updatedAt`` (its rules apply: a version naming other source here is ``CONFLICT``); a local one as new or
+    newer is kept."""
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidInput("bundle.skills: each entry needs a name", data={"field": "bundle.skills"})
     local = skills.get_skill(conn, item["name"])
     theirs = item.get("updatedAt")
-    if local is not None and (not isinstance(theirs, int) or local.get("updatedAt", 0) >= theirs):
+    stamped = isinstance(theirs, int) and not isinstance(theirs, bool) and 0 <= theirs < 2**63
+    if local is not None and (not stamped or local.get("updatedAt", 0) >= theirs):
         return False
+    # the copy keeps the bundle's edit time: stamped with the apply's clock, a copy relayed through another
+    # device would read newer than an edit made elsewhere after the original, and win over it
     _, changed = skills.put_skill(conn, name=item["name"], version=item.get("version"), source=item.get("source"),
-                                  description=item.get("description"), origin=item.get("origin"), now_ms=now_ms)
+                                  description=item.get("description"), origin=item.get("origin"), now_ms=now_ms,
+                                  updated_at=theirs if stamped else None)
     return changed
 
 

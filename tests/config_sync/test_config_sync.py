@@ -173,7 +173,12 @@ async def test_a_bundle_that_breaks_a_rule_is_refused_whole(tmp_path: Path) -> N
 
 async def test_skills_travel_newest_wins_and_a_version_with_other_source_is_refused(tmp_path: Path) -> None:
     """Config sync carried no skills: a second device lost them. Newest ``updatedAt`` wins; an older
-    copy never replaces a newer local one; a version naming other source here refuses the bundle whole."""
+    copy never replaces a newer local one; a version naming other source here refuses the bundle whole.
+
+    The copy keeps the bundle's ``updatedAt``. It used to be stamped with the apply's wall clock, so the clash
+    below (then ``local + 99`` ms) read as older than the copy whenever the host took over ~90 ms between the
+    ``skills.put`` and the apply (a loaded machine): skipped as older, no ``CONFLICT``, the test failed. The
+    stamps here are fixed numbers, never compared with the host's clock."""
     data = tmp_path / "data"
     with trio.fail_after(30):
         async with inprocess_host(data) as host, client_for(host, kind="ui") as c:
@@ -193,11 +198,14 @@ async def test_skills_travel_newest_wins_and_a_version_with_other_source_is_refu
             assert (await c.call("skills.get", {"name": "local"}))["skill"] == local
             got = (await c.call("skills.get", {"name": "fresh"}))["skill"]
             assert (got["version"], got["source"], got["description"]) == ("1", "fresh v1", "new here")
-            newer = {"name": "local", "version": "3", "source": "local v3", "updatedAt": local["updatedAt"] + 10}
+            assert got["updatedAt"] == 5, "the copy is stamped with the apply's clock, not the bundle's edit time"
+            # an hour ahead of the local edit: never the wall clock of the apply below, however loaded the machine
+            newer = {"name": "local", "version": "3", "source": "local v3", "updatedAt": local["updatedAt"] + 3_600_000}
             await c.call("configSync.apply", {"bundleBase64": bundle(newer)})
-            assert (await c.call("skills.get", {"name": "local"}))["skill"]["source"] == "local v3"
+            got = (await c.call("skills.get", {"name": "local"}))["skill"]
+            assert (got["source"], got["updatedAt"]) == ("local v3", newer["updatedAt"])
             state = probe.state(data)
-            clash = {"name": "local", "version": "3", "source": "other v3", "updatedAt": local["updatedAt"] + 99}
+            clash = {"name": "local", "version": "3", "source": "other v3", "updatedAt": newer["updatedAt"] + 1}
             err = await _err(c.call("configSync.apply", {"bundleBase64": bundle(fresh | {"updatedAt": 10**13}, clash)}))
             assert err.data_code == "CONFLICT"
             assert probe.state(data) == state
