@@ -42,7 +42,7 @@ import orjson
 from store import project_groups, skills
 from store.config import catalog, providers
 from store.config.settings import app_blob, get_object, get_value, namespace_rows, set_value
-from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, clean_app, plan_write
+from store.config.settings_rules import APP_NS, APP_SETTINGS_KEY, check_bundle_app, clean_app, plan_write
 from store.errors import (
     Conflict,
     CorruptData,
@@ -154,7 +154,12 @@ def decode_bundle(key: bytes, blob: bytes) -> dict[str, Any]:
         return CorruptData(f"config-sync bundle refused: {text}", data={"reason": reason})
 
     head = len(MAGIC) + KEY_ID_BYTES
-    if len(blob) < head + NONCE_BYTES + TAG_BYTES or blob[: len(MAGIC)] != MAGIC:
+    magic = blob[: len(MAGIC)]
+    if magic != MAGIC and magic[:5] == MAGIC[:5] and magic[5:7].isdigit() and magic[7:] == b"\n":
+        # another version of this format (an older build's, or a newer one's): README "a bundle of a format
+        # this host does not read (data.reason: unsupported)", not a damaged one
+        raise refuse("unsupported", f"format {magic[:7].decode()} (this host reads {MAGIC[:7].decode()})")
+    if len(blob) < head + NONCE_BYTES + TAG_BYTES or magic != MAGIC:
         raise refuse("tampered", "not a bundle, or truncated")
     if len(blob) > MAX_BUNDLE_BYTES:
         raise refuse("tampered", f"larger than {MAX_BUNDLE_BYTES} bytes")
@@ -435,6 +440,7 @@ def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, p
     settings = _section(doc, "settings", dict)
     if settings:
         found = app_blob(conn)
+        check_bundle_app(settings)  # a value no writer may store refuses the bundle, as settings.update would
         changes = clean_app(settings, platform)
         plan = plan_write(APP_NS, {APP_SETTINGS_KEY: found[0]} if found else {}, changes, existing_keys=0,
                           now_ms=now_ms, platform=platform)

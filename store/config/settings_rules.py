@@ -76,6 +76,7 @@ __all__ = [
     "canonical_key",
     "check_key",
     "canonical_path",
+    "check_bundle_app",
     "clean_app",
     "plugin_of",
     "plan_write",
@@ -286,6 +287,27 @@ def clean_app(stored: Any, platform: str) -> dict[str, Any]:
         if checked is not _DROP:
             out[key] = checked
     return out
+
+
+def check_bundle_app(settings: Mapping[str, Any]) -> None:
+    """Refuse app settings a config-sync bundle carries that no writer may store: a known field whose value
+    its rule refuses on every platform (``largePasteThreshold: 0``) is ``INVALID_PARAMS`` naming the field,
+    as ``settings.update`` answers. A value only another platform takes (its shell) is left to
+    :func:`clean_app`, which drops it here."""
+    for key, value in settings.items():
+        rule = APP_FIELDS.get(key)
+        if rule is None or key in DROPPED_APP_FIELDS:
+            continue
+        problems: list[str] = []
+        for platform in SHELL_CATALOG:
+            try:
+                rule(value, platform)
+            except _Bad as exc:
+                problems.append(str(exc))
+            else:
+                break
+        else:
+            raise _bad(APP_NS, key, f"{problems[0] if problems else 'unusable'} (in the config-sync bundle)")
 
 
 def app_view(stored: Any, platform: str) -> dict[str, Any]:
