@@ -11,7 +11,7 @@ from .models_common import (
     Count,
     MutatingParams,
     Params,
-    ProjectPath,
+    ProjectRoot,
     Result,
     SessionId,
     TimestampMs,
@@ -37,7 +37,8 @@ class PlansSubmitParams(MutatingParams):
                                       "some are multi-byte.")
     title: Annotated[str, StringConstraints(max_length=200)] = ""
     question: Annotated[str, StringConstraints(max_length=2000)] = ""
-    workspace_root: ProjectPath = Field(description="Absolute; must be the session's project path.")
+    workspace_root: ProjectRoot = Field(description="Absolute (a relative one is INVALID_PARAMS); must be the "
+                                              "session's project path.")
     expires_at: TimestampMs | None = Field(default=None, description="Absolute deadline (kept as sent).")
 
 

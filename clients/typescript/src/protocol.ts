@@ -1628,7 +1628,7 @@ export interface PlansSubmitParams {
   markdown: string;
   title?: string;
   question?: string;
-  /** Absolute; must be the session's project path. */
+  /** Absolute (a relative one is INVALID_PARAMS); must be the session's project path. */
   workspaceRoot: string;
   /** Absolute deadline (kept as sent). */
   expiresAt?: number | null;
