@@ -33,8 +33,9 @@ class PlansSubmitParams(MutatingParams):
     kind: ProposalKind
     markdown: str = Field(min_length=1, max_length=1024 * 1024,
                           description="Written byte-for-byte (UTF-8) to .pi/<kind>/<unique>.md; at most "
-                                      "1,048,576 bytes of UTF-8 (PAYLOAD_TOO_LARGE), so fewer characters when "
-                                      "some are multi-byte.")
+                                      "1,048,576 bytes of UTF-8, so fewer characters when some are multi-byte: "
+                                      "more than 1,048,576 characters is INVALID_PARAMS (this field's bound), "
+                                      "fewer characters that take more bytes PAYLOAD_TOO_LARGE.")
     title: Annotated[str, StringConstraints(max_length=200)] = ""
     question: Annotated[str, StringConstraints(max_length=2000)] = ""
     workspace_root: ProjectRoot = Field(description="Absolute (a relative one is INVALID_PARAMS); must be the "

@@ -1624,7 +1624,7 @@ export interface PlansSubmitParams {
   /** Message/turn/entry id. */
   toolCallId: string;
   kind: "plan" | "goal";
-  /** Written byte-for-byte (UTF-8) to .pi/<kind>/<unique>.md; at most 1,048,576 bytes of UTF-8 (PAYLOAD_TOO_LARGE), so fewer characters when some are multi-byte. */
+  /** Written byte-for-byte (UTF-8) to .pi/<kind>/<unique>.md; at most 1,048,576 bytes of UTF-8, so fewer characters when some are multi-byte: more than 1,048,576 characters is INVALID_PARAMS (this field's bound), fewer characters that take more bytes PAYLOAD_TOO_LARGE. */
   markdown: string;
   title?: string;
   question?: string;
