@@ -144,8 +144,7 @@ def arm_unslotted(conn: sqlite3.Connection, now_ms: int) -> list[str]:
         nxt = tasks.next_run_at(task["cadence"], config, now_ms)
         if nxt is None or nxt <= now_ms:
             continue
-        conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = ?",
-                     (dumps_exact({**config, "nextRunAt": nxt}).decode(), task["id"]))
+        _store_slot(conn, task, nxt)
         armed.append(task["id"])
     return armed
 
@@ -167,8 +166,7 @@ def reslot_off_grid(conn: sqlite3.Connection, now_ms: int) -> list[str]:
         nxt = tasks.next_run_at(task["cadence"], config, now_ms)
         if nxt is None or nxt <= now_ms:
             continue
-        conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = ?",
-                     (dumps_exact({**config, "nextRunAt": nxt}).decode(), task["id"]))
+        _store_slot(conn, task, nxt)
         moved.append(task["id"])
     return moved
 
@@ -177,9 +175,13 @@ def _move_back(conn: sqlite3.Connection, task: Mapping[str, Any], now_ms: int) -
     """A slot beyond reach back to the reach (nothing fires, ``last_run_at`` stays)."""
     slot = reach(task, now_ms)
     assert slot is not None
-    config = {**task["config"], "nextRunAt": slot}
+    _store_slot(conn, task, slot)
+
+
+def _store_slot(conn: sqlite3.Connection, task: Mapping[str, Any], slot: int) -> None:
+    """``task``'s ``nextRunAt`` set to ``slot`` (the rest of its config as read)."""
     conn.execute("UPDATE scheduled_tasks SET config_json = ? WHERE id = ?",
-                 (dumps_exact(config).decode(), task["id"]))
+                 (dumps_exact({**task["config"], "nextRunAt": slot}).decode(), task["id"]))
 
 
 def due_payload(outcome: FireOutcome) -> dict[str, Any]:
