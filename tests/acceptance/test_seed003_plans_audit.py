@@ -29,6 +29,7 @@ import trio
 
 from runtime.client import ClientClosed, HostClient
 from tests.acceptance.outsiderkit import all_at_once, client, code_of, error_of, real_host, shared_host
+from tests.acceptance.test_plans_outsider import _session, _ws
 from tests.dbkit import rows
 from tests.hostkit import HostProcess, start_host_process
 
@@ -39,17 +40,6 @@ LIMIT = 1_048_576
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: Any) -> Iterator[HostProcess]:
     yield from shared_host(tmp_path_factory, "plans_audit")
-
-
-def _ws(tmp_path: Path, name: str = "ws") -> Path:
-    ws = tmp_path / name
-    ws.mkdir()
-    return ws
-
-
-async def _session(c: HostClient, ws: Path, mode: str = "plan") -> str:
-    sid: str = (await c.call("session.create", {"title": mode, "projectPath": str(ws), "mode": mode}))["id"]
-    return sid
 
 
 def _submit(sid: str, ws: Path | str, call_id: str, markdown: str = "# Plan\n\n1. Do it\n", kind: str = "plan",
