@@ -141,11 +141,8 @@ def arm_unslotted(conn: sqlite3.Connection, now_ms: int) -> list[str]:
         config = task["config"]
         if isinstance(config.get("nextRunAt"), int) or not tasks.has_schedule(task["cadence"], config):
             continue
-        nxt = tasks.next_run_at(task["cadence"], config, now_ms)
-        if nxt is None or nxt <= now_ms:
-            continue
-        _store_slot(conn, task, nxt)
-        armed.append(task["id"])
+        if _arm_from(conn, task, now_ms):
+            armed.append(task["id"])
     return armed
 
 
@@ -163,11 +160,8 @@ def reslot_off_grid(conn: sqlite3.Connection, now_ms: int) -> list[str]:
             continue
         if tasks.next_run_at(task["cadence"], config, slot - 1) == slot:
             continue
-        nxt = tasks.next_run_at(task["cadence"], config, now_ms)
-        if nxt is None or nxt <= now_ms:
-            continue
-        _store_slot(conn, task, nxt)
-        moved.append(task["id"])
+        if _arm_from(conn, task, now_ms):
+            moved.append(task["id"])
     return moved
 
 
@@ -176,6 +170,15 @@ def _move_back(conn: sqlite3.Connection, task: Mapping[str, Any], now_ms: int) -
     slot = reach(task, now_ms)
     assert slot is not None
     _store_slot(conn, task, slot)
+
+
+def _arm_from(conn: sqlite3.Connection, task: Mapping[str, Any], now_ms: int) -> bool:
+    """Store ``task``'s next slot after ``now_ms``; False (nothing stored) when its schedule gives none."""
+    nxt = tasks.next_run_at(task["cadence"], task["config"], now_ms)
+    if nxt is None or nxt <= now_ms:
+        return False
+    _store_slot(conn, task, nxt)
+    return True
 
 
 def _store_slot(conn: sqlite3.Connection, task: Mapping[str, Any], slot: int) -> None:
