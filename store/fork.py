@@ -9,7 +9,10 @@ message — into a new, independent session:
   (:func:`derived_id`), so every reference inside the fork stays consistent
   and no child id can collide with a source id;
 * a compaction checkpoint is copied only when its boundary
-  (``throughMessageId``) is included; its ids (own id, boundary,
+  (``throughMessageId``) is included, bounded as a read serves it
+  (:func:`store.compaction.normalize_on_read`: a stored tail over its mode's
+  bound or a legacy tail is written as its latest user message or empty,
+  never as it stood); its ids (own id, boundary,
   ``firstKeptMessageId`` when included, retained-tail message and call ids) are
   remapped the same way;
 * a tombstoned message stays tombstoned in the child;
@@ -39,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.compaction import split_valid
+from store.compaction import normalize_on_read, split_valid
 from store.errors import Conflict, MessageNotFound, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
@@ -210,7 +213,8 @@ def plan_fork(
     hidden = {cid for cid, tomb in tombstones.items() if tomb.get("deleted", True) is True}
     # a checkpoint a tombstone hides (on a branch an import left) is not the child's
     kept, dropped = split_valid([c for c in compactions if c.get("id") not in hidden], included)
-    new_comps = [remap.compaction(c, included) for c in kept]
+    # written bounded as every read serves it (a stored tail over its mode's bound, a legacy tail): one rule
+    new_comps = [remap.compaction(normalize_on_read(c), included) for c in kept]
     tombs: dict[str, dict[str, Any]] = {}
     for old_id, tomb in tombstones.items():
         if old_id in included and tomb.get("deleted", True) is True:

@@ -452,3 +452,44 @@ async def test_a_retained_message_over_the_limit_is_stored_marked_and_the_transc
         assert [m["id"] for m in ctx["messages"]] == ["c1", "u2"]
         assert text.startswith(ctx["messages"][1]["blocks"][0]["text"])
         assert len(ctx["messages"][1]["blocks"][0]["text"]) < len(text)
+
+
+async def test_a_fork_writes_a_stored_over_bound_or_legacy_tail_as_the_reads_serve_it(tmp_path: Path) -> None:
+    """Seed 003 §4.5's fork row copies a checkpoint into the child; §2.1 bounds its tail by its mode. A
+    stored line over that bound (a completed turn with a tail, an active turn with an assistant reply in
+    it) or a legacy one (no mode, several messages; one with no user message) was copied into the child's
+    file as it stood: every read of the child bounded it again, but the child's own file held the
+    over-bound records. The child's file holds each checkpoint as a read of the parent serves it: the same
+    tail (its ids remapped) and the mode the read names."""
+    root = data_dir(tmp_path)
+    async with real_host(root) as (_, c):
+        sid = (await c.call("session.create", {}))["id"]
+        await _exchange(c, sid, 1)
+        await _exchange(c, sid, 2)
+    tail = [{"id": "u1", "role": "user", "blocks": [{"type": "text", "text": "question 1"}]},
+            {"id": "a1", "role": "assistant", "blocks": [{"type": "text", "text": "answer 1"}]}]
+    records: dict[str, dict[str, Any]] = {
+        "done": {"retainedTail": tail, "details": {"retainedTailMode": "completed_turn", "generation": 4}},
+        "active": {"retainedTail": tail, "details": {"retainedTailMode": "active_turn", "generation": 4}},
+        "legacy": {"retainedTail": tail},
+        "legacy-no-user": {"retainedTail": tail[1:], "details": {"family": "f"}},
+    }
+    with (root / "sessions" / f"{sid}.jsonl").open("ab") as f:
+        for cid, extra in records.items():
+            rec = {"type": "compaction", "id": cid, "summary": f"summary {cid}", "throughMessageId": "a2",
+                   "tokensBefore": 1, "createdAt": "2026-12-01T00:00:00.000Z", **extra}
+            f.write(json.dumps(rec, separators=(",", ":")).encode() + b"\n")
+    async with real_host(root) as (_, c):
+        served = (await _full(c, sid))["compactions"]
+        assert [len(x["retainedTail"]) for x in served] == [0, 1, 1, 0]
+        child = (await c.call("session.fork", {"sessionId": sid}))["id"]
+        from_child = (await _full(c, child))["compactions"]
+    lines = [json.loads(raw) for raw in (root / "sessions" / f"{child}.jsonl").read_bytes().splitlines()]
+    written = [rec for rec in lines if rec.get("type") == "compaction"]
+    assert [x["summary"] for x in written] == [f"summary {cid}" for cid in records]
+    for on_disk, parent_view, child_view in zip(written, served, from_child, strict=True):
+        assert on_disk["details"] == parent_view["details"] == child_view["details"]
+        assert len(on_disk["retainedTail"]) == len(parent_view["retainedTail"])
+        assert on_disk["retainedTail"] == child_view["retainedTail"]
+        for kept, shown in zip(on_disk["retainedTail"], parent_view["retainedTail"], strict=True):
+            assert (kept["role"], kept["blocks"]) == (shown["role"], shown["blocks"]) == ("user", tail[0]["blocks"])
