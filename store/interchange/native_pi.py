@@ -21,7 +21,9 @@ this host's ``sessions/``, and no byte of a native file is ever modified.
   project move, revisions, queue, plan/goal, collaboration and appends are
   refused with ``UNSUPPORTED_FOR_NATIVE_SESSION``.
 * **fork** (:func:`fork_native`): exactly one new v3 child in the parent's
-  directory. The branch is extracted from the parent snapshot (its entry lines
+  directory. The branch is the one **get** shows, found by the same walk
+  (:func:`.importers.pi.find_branch`, :func:`.importers.pi.on_branch`: on a
+  damaged tree the same fallback branch), extracted from the parent snapshot (its entry lines
   copied byte for byte, unknown fields kept; every child line, the parent's
   unterminated last entry included, ends with a newline), the child title and the
   parent's saved model / thinking level are appended when the branch lacks
@@ -67,7 +69,7 @@ from store.interchange.importers.common import (
     SessionReport,
     local_id,
 )
-from store.interchange.importers.pi import PiConverter, read_header
+from store.interchange.importers.pi import PiConverter, find_branch, on_branch, read_header
 from store.interchange.importers.reader import Line, lines_of, parse_object
 from store.jsonio import now_rfc3339
 from store.transcripts.records import rfc3339_to_ms
@@ -325,30 +327,31 @@ class ForkResult:
 
 
 def _branch_lines(snap: Snapshot, leaf_id: str | None,
-                  limits: ImportLimits) -> tuple[dict[str, Any], list[tuple[dict[str, Any], bytes]]]:
-    """The parent's header and the (entry, raw line) pairs of the branch ending at ``leaf_id``, in file order."""
+                  limits: ImportLimits) -> tuple[dict[str, Any], list[tuple[dict[str, Any], bytes]], str | None]:
+    """The parent's header, the (entry, raw entry bytes) pairs of the branch, in file order, and its leaf.
+
+    The branch is the one a detail read shows (:func:`project`): the same first pass
+    (:func:`find_branch`: its bounded walk, a cycle stopping at its first repeat, and without ``leaf_id``
+    the fallback from a leaf that reaches no root to the newest one that does) and the same reading of its
+    lines (:func:`on_branch`: every line holding one of its entries, an entry recovered from behind a torn
+    start copied without those bytes)."""
     lines = list(native_lines(snap.data, max_line_bytes=limits.max_line_bytes))
     if not lines or lines[0].data is None:
         raise InvalidInput("the parent is not a pi session", data={"reason": "NOT_A_SESSION_FILE"})
-    header = read_header(parse_object(lines[0].data))
-    if header.version != 3:
-        raise UnsupportedForNativeSession(f"only pi v3 sessions can be forked (this one is v{header.version})",
-                                          data={"version": header.version})
-    entries: list[tuple[dict[str, Any], bytes]] = []
-    for line in lines[1:]:
-        rec = parse_object(line.data) if line.data is not None else None
-        if rec is not None and isinstance(rec.get("id"), str):
-            entries.append((rec, snap.data[line.offset: line.offset + line.length]))
-    by_id = {rec["id"]: rec for rec, _ in entries}
-    leaf = leaf_id if leaf_id is not None else (entries[-1][0]["id"] if entries else None)
-    if leaf is not None and leaf not in by_id:
-        raise NotFound(f"entry {leaf} is not in the parent session", data={"entryId": leaf})
-    keep: set[str] = set()
-    cur = leaf
-    while isinstance(cur, str) and cur in by_id and cur not in keep:
-        keep.add(cur)
-        cur = by_id[cur].get("parentId")
-    return header.raw, [(rec, raw) for rec, raw in entries if rec["id"] in keep]
+    file = FileReport(str(snap.path), size=snap.size)
+    try:
+        branch = find_branch(lines, file, SessionReport(SOURCE, "", ""), limits.max_tracked_ids, leaf_id)
+    except Refused as exc:
+        raise InvalidInput(exc.message, data={"reason": exc.code}) from None
+    if branch.header.version != 3:
+        raise UnsupportedForNativeSession(
+            f"only pi v3 sessions can be forked (this one is v{branch.header.version})",
+            data={"version": branch.header.version})
+    if leaf_id is not None and leaf_id not in branch.parents:
+        raise NotFound(f"entry {leaf_id} is not in the parent session", data={"entryId": leaf_id})
+    entries = [(found.rec, snap.data[found.line.offset + found.start: found.line.offset + found.line.length])
+               for found in on_branch(lines, branch, file)]
+    return branch.header.raw, entries, branch.leaf if entries else None
 
 
 def _fallbacks(branch: list[tuple[dict[str, Any], bytes]], parent_entries: Iterable[dict[str, Any]],
@@ -387,7 +390,7 @@ def _fallbacks(branch: list[tuple[dict[str, Any], bytes]], parent_entries: Itera
 def child_bytes(snap: Snapshot, *, child_id: str, now_ms: int, leaf_id: str | None = None, title: str | None = None,
                 limits: ImportLimits = DEFAULT_LIMITS) -> bytes:
     """The whole child file, built in memory from the parent snapshot (the parent is not touched)."""
-    parent_header, branch = _branch_lines(snap, leaf_id, limits)
+    parent_header, branch, leaf = _branch_lines(snap, leaf_id, limits)
     now_iso = now_rfc3339(now_ms)
     parent_path = os.path.realpath(snap.path)
     try:
@@ -400,7 +403,7 @@ def child_bytes(snap: Snapshot, *, child_id: str, now_ms: int, leaf_id: str | No
               "cwd": parent_header.get("cwd", ""), "parentSession": parent_path}
     parts = [orjson.dumps(header) + b"\n"]
     used = {rec["id"] for rec, _ in branch}
-    last = branch[-1][0]["id"] if branch else None
+    last = leaf  # what is appended continues the branch from its leaf (not from the last line copied)
     for _, raw in branch:
         parts.append(raw if raw.endswith(b"\n") else raw + b"\n")
     all_entries = [rec for rec in (parse_object(line.data) for line in native_lines(
@@ -421,9 +424,10 @@ def forked_as_asked(parent: Snapshot, child: Snapshot, *, leaf_id: str | None, t
     """Is ``child`` (a file an earlier attempt of the same keyed fork published, then crashed before its
     receipt) what this fork of ``parent`` asks for: the same parent, branch and title? Rebuilt with
     :func:`child_bytes` at the child's own time; its appended entries' random ids aside, byte for byte.
-    Without ``leaf_id`` the branch ends where the child's copied parent lines end, which must have been the
-    parent's leaf then: pi may have appended to the parent since, but only entries timestamped after the
-    fork."""
+    Without ``leaf_id`` the branch is the parent's current one (the branch a read shows, a damaged tree's
+    fallback included) or, when pi has appended to the parent since, the one ending where the child's copied
+    parent lines end, which must have been the parent's leaf then: only entries timestamped after the fork
+    may follow it."""
     lines = child.data.split(b"\n")
     try:
         header = orjson.loads(lines[0])
@@ -433,6 +437,8 @@ def forked_as_asked(parent: Snapshot, child: Snapshot, *, leaf_id: str | None, t
             or not isinstance(header.get("id"), str):
         return False
     forked_at = rfc3339_to_ms(header.get("timestamp"), -1)
+    if leaf_id is None and _same_child(parent, lines, header["id"], forked_at, None, title, limits):
+        return True  # the parent's current branch, as it still is (a damaged tree's fallback branch too)
     if leaf_id is None:
         entries = [(rec, parent.data[line.offset: line.offset + line.length].rstrip(b"\n"))
                    for line in native_lines(parent.data, max_line_bytes=limits.max_line_bytes)
@@ -449,8 +455,15 @@ def forked_as_asked(parent: Snapshot, child: Snapshot, *, leaf_id: str | None, t
                                                  if rec["id"] == leaf_id), len(entries)):]]
         if leaf_id is None or any(rfc3339_to_ms(rec.get("timestamp"), -1) < forked_at for rec in after):
             return False
+    return _same_child(parent, lines, header["id"], forked_at, leaf_id, title, limits)
+
+
+def _same_child(parent: Snapshot, lines: list[bytes], child_id: str, forked_at: int, leaf_id: str | None,
+                title: str | None, limits: ImportLimits) -> bool:
+    """Are a child's ``lines`` what :func:`child_bytes` builds from ``parent`` for this fork (the ids of the
+    entries it appended aside)?"""
     try:
-        expected = child_bytes(parent, child_id=header["id"], now_ms=forked_at, leaf_id=leaf_id, title=title,
+        expected = child_bytes(parent, child_id=child_id, now_ms=forked_at, leaf_id=leaf_id, title=title,
                                limits=limits).split(b"\n")
     except StoreError:
         return False

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import HostClient, open_client
+from runtime.client import ClientClosed, HostClient, open_client
 from tests.acceptance.outsiderkit import code_of, data_dir, error_of
 from tests.hostkit import HostProcess, start_host_process
 from tests.samplekit import REPO, samples_dir
@@ -375,3 +375,141 @@ async def test_a_fork_of_a_session_in_a_folder_whose_name_is_not_utf8_is_a_clear
             assert await native_ids(c) == [sid]
             proc.kill9()
     assert tree(pi_root) == before
+
+
+# ------------------------------------------------------------------------- damaged trees: get and fork agree
+
+
+def damaged_trees(src: Path) -> dict[str, bytes]:
+    """Copies of a real pi v3 file with branches whose tree is damaged, each named for what is wrong with it
+    (its header id is ``dmg-<name>``): an entry parented to itself (the leaf, or one in the middle of the
+    current branch), two entries sharing one id (so the chain loops through them, or not), and a root
+    entry parented to the leaf (no entry reaches a root)."""
+    lines = src.read_bytes().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    ids = [json.loads(line).get("id") for line in lines]
+
+    def entry_with(index: int, **fields: Any) -> bytes:
+        rec = json.loads(lines[index])
+        rec.update(fields)
+        return b"".join([*lines[:index], json.dumps(rec).encode() + b"\n", *lines[index + 1:]])
+
+    def named(name: str, body: bytes) -> bytes:
+        return body.replace(header["id"].encode(), f"dmg-{name}".encode(), 1)
+
+    last = len(lines) - 1
+    parent_of_leaf = json.loads(lines[last])["parentId"]
+    grandparent = json.loads(lines[ids.index(parent_of_leaf)])["parentId"]
+    off_branch = next(i for i, line in enumerate(lines) if json.loads(line).get("type") == "branch_summary")
+    return {name: named(name, body) for name, body in {
+        "self-leaf": entry_with(last, parentId=ids[last]),
+        "self-mid": entry_with(ids.index(grandparent), parentId=grandparent),
+        "shared-id-loop": entry_with(last, id=grandparent),
+        "shared-id": entry_with(off_branch, id=json.loads(lines[ids.index(grandparent)])["parentId"]),
+        "no-root": entry_with(1, parentId=ids[last]),
+    }.items()}
+
+
+def _as_shown(view: dict[str, Any]) -> list[str]:
+    """A native read's messages without the session's own id in them (a child's ids differ only there) and
+    without the corrupt-leaf notice (it names the file's leaf, which a child's tree no longer has)."""
+    sid = view["session"]["id"]
+    out = []
+    for m in view["messages"]:
+        if (m.get("meta") or {}).get("importedKind") == "pi/corrupt_leaf":
+            continue
+        out.append(json.dumps({k: v for k, v in m.items() if k != "seq"}, sort_keys=True).replace(f"{sid}:", ""))
+    return out
+
+
+async def test_get_and_fork_walk_the_same_branch_of_a_damaged_tree(tmp_path: Path) -> None:
+    """§12: a fork's "branch extraction" is the current branch a detail read follows. On a damaged tree
+    the two walked it differently: session.get falls back to the newest branch that reaches a root (seed
+    000 §3.4, with a notice), while session.fork walked from the last entry until a repeat, so an entry
+    parented to itself (or a loop through two entries sharing one id) made the child a fragment of the
+    loop where the read showed the intact branch: the child held one system line where its parent showed
+    nine messages. Now both take the one bounded walk: each child reads exactly as its parent does
+    (without the corrupt-leaf notice, and with none of its own once the child's tree is intact), a fork
+    through the last message shown keeps what the read showed up to it, nothing fails, and no parent
+    byte changes."""
+    data = data_dir(tmp_path)
+    pi_root = tmp_path / "pi"
+    folder = pi_root / "--work-damaged-tree--"
+    folder.mkdir(parents=True)
+    src = sorted(RECORDED.rglob("*.jsonl"))[1]  # the recorded session with a branch beside its current one
+    variants = damaged_trees(src)
+    for i, (name, body) in enumerate(sorted(variants.items())):
+        (folder / f"2026-05-{i + 10:02d}T10-00-00-000Z_{name}.jsonl").write_bytes(body)
+    before = tree(pi_root)
+    with trio.fail_after(120):
+        async with native_host(data, pi_root) as (proc, c):
+            for name in sorted(variants):
+                sid = f"native-pi:dmg-{name}"
+                parent = await c.call("session.get", {"sessionId": sid, "full": True})
+                shown = _as_shown(parent)
+                assert len(shown) >= 2, name
+                child = await c.call("session.fork", {"sessionId": sid})
+                got = await c.call("session.get", {"sessionId": child["id"], "full": True})
+                assert _as_shown(got) == shown, name
+                fell_back = [m for m in parent["messages"]
+                             if "fallback" in ((m.get("meta") or {}).get("corruptLeaf") or {})]
+                if fell_back:  # the child holds the intact branch only: its tree reaches a root
+                    assert not [m for m in got["messages"] if (m.get("meta") or {}).get("corruptLeaf")], name
+                through = next(m for m in reversed(parent["messages"]) if m["role"] in ("user", "assistant"))
+                cut = await c.call("session.fork", {"sessionId": sid, "throughMessageId": through["id"]})
+                part = _as_shown(await c.call("session.get", {"sessionId": cut["id"], "full": True}))
+                assert part == shown[: len(part)] and len(part) >= 1, name
+            proc.kill9()
+    after = tree(pi_root)
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert not [k for k in after if not k.endswith(".jsonl")]
+
+
+async def _fork_killed_before_its_receipt(data: Path, pi_root: Path, params: dict[str, Any]) -> None:
+    """``session.fork`` on a host armed to SIGKILL itself just before the fork's receipt commits (the child
+    is published by then); the host died there without answering."""
+    crashing = start_host_process(data, "--native-pi-root", str(pi_root),
+                                  env={"RT_CRASHPOINT": "session.fork.before_commit:1"})
+    try:
+        try:
+            async with open_client(crashing.url, crashing.token, client_id="outsider", client_kind="ui") as c:
+                answered = await c.call("session.fork", params)
+                raise AssertionError(f"the host answered {answered!r} instead of dying before the receipt")
+        except (ClientClosed, OSError):
+            pass
+        await trio.to_thread.run_sync(crashing.reap)
+    finally:
+        crashing.kill9()
+    assert crashing.proc.returncode == -9
+
+
+async def test_a_keyed_fork_of_a_damaged_tree_killed_before_its_receipt_is_found_by_its_retry(
+        tmp_path: Path) -> None:
+    """README §4: a keyed retry "after a crash finds the child already written instead of writing another".
+    The retry rebuilds the child the fork would write and compares: it looked for the branch ending where
+    the child's copied lines end and required every parent entry after that leaf to be newer than the fork,
+    which a damaged tree's fallback branch never is (the corrupt leaf after it is older), and it matched a
+    copied line by its id, which two entries sharing one id defeat: the retry of the same request was
+    IDEMPOTENCY_CONFLICT. Each damaged tree's retry answers the child it wrote, which reads as its parent
+    does, and writes no second file."""
+    data = data_dir(tmp_path)
+    pi_root = tmp_path / "pi"
+    folder = pi_root / "--work-damaged-tree--"
+    folder.mkdir(parents=True)
+    variants = damaged_trees(sorted(RECORDED.rglob("*.jsonl"))[1])
+    for i, (name, body) in enumerate(sorted(variants.items())):
+        (folder / f"2026-05-{i + 10:02d}T10-00-00-000Z_{name}.jsonl").write_bytes(body)
+    with trio.fail_after(240):
+        for name in sorted(variants):
+            await _fork_killed_before_its_receipt(data, pi_root, {"sessionId": f"native-pi:dmg-{name}",
+                                                                  "submissionId": f"fork-{name}"})
+        published = tree(pi_root)
+        assert len(published) == 2 * len(variants)  # each child was published before its kill
+        async with native_host(data, pi_root) as (proc, c):
+            for name in sorted(variants):
+                sid = f"native-pi:dmg-{name}"
+                child = await c.call("session.fork", {"sessionId": sid, "submissionId": f"fork-{name}"})
+                got = await c.call("session.get", {"sessionId": child["id"], "full": True})
+                assert _as_shown(got) == _as_shown(await c.call("session.get", {"sessionId": sid, "full": True}))
+            proc.kill9()
+    assert tree(pi_root) == published

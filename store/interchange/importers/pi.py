@@ -35,7 +35,8 @@ imported before (an older copy, a backup) changes no visibility at all. What bec
   ``meta.targetMessageId``; ``custom`` entries are counted as skipped.
 
 :class:`PiConverter` is shared with :mod:`store.interchange.native_pi`, which reads the
-same files read-only as native sessions (with its own ids).
+same files read-only as native sessions (with its own ids); its fork copies the branch
+through the same :func:`find_branch` and :func:`on_branch` the converter reads.
 """
 
 from __future__ import annotations
@@ -186,7 +187,13 @@ _ENTRY_START = b'{"type":'
 
 
 def read_entry(data: bytes, report: FileReport | None = None) -> tuple[dict[str, Any] | None, bool]:
-    """A line's entry, and whether it was recovered from behind a torn one.
+    """A line's entry, and whether it was recovered from behind a torn one (:func:`locate_entry`)."""
+    rec, start = locate_entry(data, report)
+    return rec, start > 0
+
+
+def locate_entry(data: bytes, report: FileReport | None = None) -> tuple[dict[str, Any] | None, int]:
+    """A line's entry, and where in the line it starts (0, or past a torn start it was recovered from behind).
 
     pi appends each entry as one ``JSON.stringify(entry) + "\n"``. A crash in the middle of a write leaves
     the start of that line without its newline; pi skips it when it loads the file and, resumed, appends
@@ -198,7 +205,7 @@ def read_entry(data: bytes, report: FileReport | None = None) -> tuple[dict[str,
     file's, which counts a line read once repaired (:func:`.reader.parse_counted`)."""
     rec = parse_counted(data, report) if report is not None else parse_object(data)
     if rec is not None:
-        return rec, False
+        return rec, 0
     end = len(data)
     for _ in range(MAX_RECOVERY_TRIES):
         start = data.rfind(_ENTRY_START, 1, end)
@@ -206,9 +213,9 @@ def read_entry(data: bytes, report: FileReport | None = None) -> tuple[dict[str,
             break
         found = parse_object(data[start:])
         if found is not None and isinstance(found.get("type"), str):
-            return found, True
+            return found, start
         end = start
-    return None, False
+    return None, 0
 
 
 @dataclass
@@ -368,6 +375,46 @@ def _walk(parents: Mapping[str, str | None], leaf: str | None) -> tuple[set[str]
     return keys, f"dangling parent {cur}" if cur not in parents else f"parent cycle at {cur}"
 
 
+@dataclass(frozen=True)
+class OnBranch:
+    """One entry of a branch as :func:`on_branch` reads it."""
+
+    line: Line
+    rec: dict[str, Any]
+    key: str
+    start: int
+    """Where the entry starts in its line: 0, or past a torn start (:func:`locate_entry`)."""
+
+
+def on_branch(lines: Iterable[Line], branch: Branch, file: FileReport) -> Iterator[OnBranch]:
+    """The entries of ``branch`` in file order, up to the line its first pass ended on: the one reading of a
+    branch's lines that the converter (a detail read, an import) and a native fork share, so a fork copies
+    exactly the entries a read shows. Every line read is counted into ``file``."""
+    for line in lines:
+        if line.offset >= branch.end:
+            break
+        file.lines += 1
+        if line.data is None:
+            file.oversized_lines += 1
+            continue
+        if not line.data.strip():
+            file.blank_lines += 1
+            continue
+        rec, start = locate_entry(line.data, file) if line.offset else (parse_counted(line.data, file), 0)
+        if rec is None:
+            file.bad_lines += 1
+            continue
+        if start:
+            file.skipped["torn entry"] += 1
+        kind = rec.get("type")
+        file.record_types[kind if isinstance(kind, str) else "<no type>"] += 1
+        if kind == "session" and line.offset == 0:
+            continue
+        key = entry_key(branch.header.version, rec, line.offset)
+        if key is not None and key in branch.keys:
+            yield OnBranch(line, rec, key, start)
+
+
 def highest_reachable_leaf(parents: Mapping[str, str | None], order: list[str]) -> str | None:
     """The latest entry (file order = sequence) whose parent chain reaches a root; O(entries)."""
     reaches: dict[str, bool] = {}
@@ -410,33 +457,10 @@ class PiConverter:
                 file_report(first, self.file)
         self.branch = branch
         self.start(branch.header)
-        for line in lines():
-            if line.offset >= branch.end:
-                break
-            self.file.lines += 1
-            if line.data is None:
-                self.file.oversized_lines += 1
-                continue
-            if not line.data.strip():
-                self.file.blank_lines += 1
-                continue
-            rec, recovered = (read_entry(line.data, self.file) if line.offset
-                              else (parse_counted(line.data, self.file), False))
-            if rec is None:
-                self.file.bad_lines += 1
-                continue
-            if recovered:
-                self.file.skipped["torn entry"] += 1
-            kind = rec.get("type")
-            self.file.record_types[kind if isinstance(kind, str) else "<no type>"] += 1
-            if kind == "session" and line.offset == 0:
-                continue
-            key = entry_key(branch.header.version, rec, line.offset)
-            if key is None or key not in branch.keys:
-                continue
-            if recovered:
-                self.torn_notice(key, to_ms(rec.get("timestamp")))
-            self.entry(rec, key, line.length)
+        for found in on_branch(lines(), branch, self.file):
+            if found.start:
+                self.torn_notice(found.key, to_ms(found.rec.get("timestamp")))
+            self.entry(found.rec, found.key, found.line.length)
             yield from self.emitter.ready()
         if branch.corrupt_leaf is not None:
             self.corrupt_leaf_notice(branch.corrupt_leaf)
@@ -739,4 +763,5 @@ class PiConverter:
         self.emitter.push(record)
 
 
-__all__ = ["SOURCE", "Branch", "Header", "PiConverter", "discover", "find_branch", "parse", "read_header"]
+__all__ = ["SOURCE", "Branch", "Header", "OnBranch", "PiConverter", "discover", "find_branch", "locate_entry",
+           "on_branch", "parse", "read_header"]
