@@ -500,6 +500,15 @@ def find_root(messages: Sequence[Mapping[str, Any]], root_user_id: str) -> int |
     return fallback
 
 
+def names_live(root: Mapping[str, Any], revision_index: int) -> bool:
+    """Whether a ``revision_live`` reference to variant ``revision_index`` names the live branch rooted at
+    ``root`` (the family's live root, :func:`find_root`). A reference carries no ids or digest, only its key:
+    it is that branch only while the root's pager stamp names its index (``activeRevision``, set by the save
+    that wrote it and by every switch). A reference another variant's stamp has replaced (a revisions file
+    restored from a backup) names a branch the file no longer holds: it resolves to nothing."""
+    return stamp_of(root).active == revision_index
+
+
 def root_before(messages: Sequence[Mapping[str, Any]], pos: int) -> int | None:
     """The nearest user message at or before ``pos`` (the root of the branch holding it)."""
     for i in range(min(pos, len(messages) - 1), -1, -1):
@@ -541,12 +550,13 @@ class Branch:
 def resolve(
     entry: RevisionEntry, live_messages: Sequence[Mapping[str, Any]], live_turns: Mapping[str, str]
 ) -> Branch | None:
-    """The branch an entry names. A reference resolves to the live suffix (None if not live)."""
+    """The branch an entry names. A reference resolves to the live suffix when the live root's stamp names
+    its variant (:func:`names_live`); None otherwise (its root is not live, or the reference is stale)."""
     if not entry.live:
         return Branch(entry.root_user_id, entry.revision_index, [dict(m) for m in entry.messages],
                       dict(entry.turns), False)
     pos = find_root(live_messages, entry.root_user_id)
-    if pos is None:
+    if pos is None or not names_live(live_messages[pos], entry.revision_index):
         return None
     msgs = [dict(m) for m in live_messages[pos:]]
     ids = {m["id"] for m in msgs}
@@ -675,9 +685,10 @@ def rows_from_file(
     for key, entry in sorted(rf.entries.items()):
         if entry.live and entry.message_count is not None:
             count = entry.message_count
-        elif entry.live:  # an older reference without its count: the live suffix now
+        elif entry.live:  # an older reference without its count: the live suffix now, if it is that branch
             pos = find_root(live_messages, entry.root_user_id)
-            count = 0 if pos is None else len(live_messages) - pos
+            count = 0 if pos is None or not names_live(live_messages[pos], entry.revision_index) else (
+                len(live_messages) - pos)
         else:
             count = len(entry.messages)
         out.append((key[0], key[1], count, rf.first_seen_ms.get(key, 0)))
@@ -732,6 +743,7 @@ __all__ = [
     "find_root",
     "hidden_by_import",
     "live_stamps",
+    "names_live",
     "parse_revisions",
     "payload_digest",
     "read_revisions",

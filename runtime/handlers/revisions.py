@@ -57,6 +57,7 @@ from store.revisions import (
     find_root,
     hidden_by_import,
     live_stamps,
+    names_live,
     payload_digest,
     read_revisions,
     respell,
@@ -265,8 +266,8 @@ def dropped_branches(
         if (root, idx) in handled:
             continue
         pos = find_root(old, root)
-        if pos is None:
-            continue
+        if pos is None or not names_live(old[pos], idx):
+            continue  # a stale reference (a file restored from a backup): the live suffix is another variant
         npos = find_root(new, root)
         if npos is not None and new[npos]["id"] == old[pos]["id"] and stamp_of(new[npos]).active == idx:
             continue

@@ -69,12 +69,24 @@ def test_last_record_wins_and_reference_resolves_to_live_suffix():
     assert rf.torn_tail and rf.unknown_lines == 1
     assert [x["id"] for x in rf.get("u1", 1).messages] == ["u1", "a1", "u9"]
     assert rf.first_seen_ms[("u1", 1)] == 1000
-    live = [m("u0"), m("a0", "assistant"), m("u1"), m("a1c", "assistant")]
+    root = m("u1", meta={"revisionCount": 2, "activeRevision": 2, "revisionRootId": "u1"})
+    live = [m("u0"), m("a0", "assistant"), root, m("a1c", "assistant")]
     branch = resolve(rf.get("u1", 2), live, {"a1c": "t3", "a0": "t0"})
     assert branch is not None and [x["id"] for x in branch.messages] == ["u1", "a1c"]
     assert branch.turns == {"a1c": "t3"}
     assert rows_from_file(rf, live) == [("u1", 1, 3, 1000), ("u1", 2, 2, 2000)]
     assert resolve(rf.get("u1", 2), [m("u0")], {}) is None
+
+
+def test_a_reference_resolves_only_while_the_live_root_is_stamped_with_its_variant():
+    """A ``revision_live`` line names its branch by key alone: the live suffix is that branch only while the
+    root's ``activeRevision`` is its index. A stale one (a file restored from a backup, the root since stamped
+    with another variant, or not stamped) resolves to nothing and a rebuilt row counts no messages."""
+    rf = parse_revisions(revision_live_line("u1", 2, created_at_ms=2000))
+    for meta in ({"revisionCount": 3, "activeRevision": 3, "revisionRootId": "u1"}, {}):
+        live = [m("u1", meta=meta), m("a1c", "assistant")]
+        assert resolve(rf.get("u1", 2), live, {}) is None
+        assert rows_from_file(rf, live) == [("u1", 2, 0, 2000)]
 
 
 def test_reference_line_is_constant_size():
