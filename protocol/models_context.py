@@ -12,6 +12,8 @@ from .models_common import (
     SessionId,
 )
 from .models_records import (
+    UNAVAILABLE_DESCRIPTION,
+    BranchUnavailable,
     CompactionView,
     Sha256Hex,
 )
@@ -37,6 +39,9 @@ class TreeNode(Result):
     active: bool = Field(description="On the live branch.")
     deleted: bool = Field(description="Tombstoned.")
     preview: str = Field(description="Short plain-text preview.")
+    unavailable: BranchUnavailable | None = Field(
+        default=None, description="Archived nodes: about the branch the node id names "
+        "(rev:<rootUserId>:<revisionIndex>:…). " + UNAVAILABLE_DESCRIPTION)
 
 
 class TreeResult(Result):

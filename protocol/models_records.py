@@ -442,12 +442,25 @@ class QueueEntry(Result):
     created_at: TimestampMs
 
 
+BranchUnavailable = Literal["root_missing", "stale_reference"]
+"""Why ``session.activateRevision`` cannot switch to an archived branch now (absent: it can)."""
+
+UNAVAILABLE_DESCRIPTION = (
+    "Present when session.activateRevision cannot switch to this branch now: root_missing (no live user "
+    "message roots its family: an edit that named no root, or its root deleted; the switch answers "
+    "MESSAGE_NOT_FOUND), stale_reference (its revisions line is a reference to a live branch, but the live "
+    "root is stamped with another variant, as after restoring the revisions file from a backup: the branch "
+    "is not stored, the switch answers CORRUPT_DATA).")
+
+
 class RevisionInfo(Result):
     root_user_id: str
     revision_index: int = Field(ge=1)
     is_active: bool
     message_count: Count
     created_at: TimestampMs
+    unavailable: BranchUnavailable | None = Field(
+        default=None, description="session.listRevisions only. " + UNAVAILABLE_DESCRIPTION)
 
 
 class Usage(Record):
@@ -474,7 +487,9 @@ __all__ = [
     "HOST_META_KEYS",
     "RESERVED_META_KEYS",
     "STEERING_STRIPPED_META_KEYS",
+    "BranchUnavailable",
     "RevisionInfo",
+    "UNAVAILABLE_DESCRIPTION",
     "NativeInfo",
     "SessionSummary",
     "Sha256Hex",

@@ -53,7 +53,9 @@ archived branch holds, per its root's stamp) is not placed again from its
 stored copy.
 Archived node ids are ``rev:<rootUserId>:<revisionIndex>:<messageId>`` (unique
 even where a branch shares message ids with the live transcript); every node
-also carries ``messageId``.
+also carries ``messageId``. The nodes of a branch whose family no live user
+message roots carry ``unavailable`` (``StoredBranch.unavailable``):
+``activateRevision`` cannot switch to it.
 
 **Latest Turn context** (seed 000 §4: "produces provider-neutral messages plus
 the latest Turn context"): a turn's context is the run environment snapshot
@@ -289,6 +291,8 @@ class StoredBranch:
     live: bool = False
     deleted: frozenset[str] = frozenset()
     """Its messages the user had deleted when it left the transcript (shown ``deleted``)."""
+    unavailable: str | None = None
+    """Why ``activateRevision`` cannot switch to it (``store.revisions.branch_unavailable``), shown on its nodes."""
 
 
 def preview(record: Mapping[str, Any], limit: int = PREVIEW_CHARS) -> str:
@@ -418,8 +422,10 @@ def _add_branch(nodes: list[dict[str, Any]], roots: _Roots, b: StoredBranch, att
         node_id = archived_node_id(b.root_user_id, b.revision_index, str(rec.get("id")))
         if family is not None:
             roots.seen(family, node_id, rec, parent, shown=shown)
-        nodes.append(_node(rec, node_id, parent, active=False, deleted=rec.get("id") in b.deleted,
-                           revision_index=label))
+        node = _node(rec, node_id, parent, active=False, deleted=rec.get("id") in b.deleted, revision_index=label)
+        if b.unavailable is not None:
+            node["unavailable"] = b.unavailable
+        nodes.append(node)
         parent = node_id
 
 

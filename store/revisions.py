@@ -509,6 +509,22 @@ def names_live(root: Mapping[str, Any], revision_index: int) -> bool:
     return stamp_of(root).active == revision_index
 
 
+ROOT_MISSING = "root_missing"
+STALE_REFERENCE = "stale_reference"
+
+
+def branch_unavailable(root: Mapping[str, Any] | None, reference: bool, revision_index: int) -> str | None:
+    """Why ``activateRevision`` cannot switch to a branch now (None: it can), as ``listRevisions`` and the tree
+    say it: ``root`` is its family's live root (:func:`find_root`; None: no live user message roots the
+    family, ``ROOT_MISSING``), ``reference`` whether the key's newest line is a ``revision_live`` one (a
+    reference the root's stamp does not name is ``STALE_REFERENCE``: :func:`names_live`)."""
+    if root is None:
+        return ROOT_MISSING
+    if reference and not names_live(root, revision_index):
+        return STALE_REFERENCE
+    return None
+
+
 def root_before(messages: Sequence[Mapping[str, Any]], pos: int) -> int | None:
     """The nearest user message at or before ``pos`` (the root of the branch holding it)."""
     for i in range(min(pos, len(messages) - 1), -1, -1):
@@ -627,6 +643,19 @@ def revision_rows(conn: Any, session_id: str, root_user_id: str | None = None) -
     ]
 
 
+def user_line_spans(conn: Any, session_id: str) -> list[tuple[int, int]] | None:
+    """``(line_offset, line_len)`` of the session's live user messages in transcript order (where a family's
+    live root is looked for, without reading the rest); None when a row has no span (read the transcript)."""
+    spans = []
+    for offset, length in conn.execute(
+            "SELECT line_offset, line_len FROM messages WHERE session_id = ? AND role = 'user' ORDER BY seq",
+            (session_id,)):
+        if offset is None or length is None:
+            return None
+        spans.append((int(offset), int(length)))
+    return spans
+
+
 def family_key(conn: Any, session_id: str, root_user_id: str) -> str:
     """The family key ``root_user_id`` names among the session's rows: itself, or its ``{sessionId}:{id}``
     spelling when only that keys a family (the root was stored so because another session held the id, and
@@ -735,8 +764,11 @@ __all__ = [
     "REVISION_LIVE",
     "RevisionEntry",
     "RevisionFile",
+    "ROOT_MISSING",
+    "STALE_REFERENCE",
     "Stamp",
     "append_revision_lines",
+    "branch_unavailable",
     "entry_of_line",
     "family_key",
     "family_of",
@@ -759,5 +791,6 @@ __all__ = [
     "stamp_of",
     "sync_active",
     "upsert_row",
+    "user_line_spans",
     "with_stamp",
 ]

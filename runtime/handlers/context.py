@@ -18,7 +18,7 @@ from store.attachments import mark_evicted_blocks
 from store.context import StoredBranch, build_session_context, build_tree, latest_turn_context
 from store.errors import PayloadTooLarge
 from store.receipts import ReceiptKey
-from store.revisions import read_revisions
+from store.revisions import ROOT_MISSING, find_root, read_revisions
 from store.rules import MAX_WHOLE_READ_BYTES
 from store.tombstones import deleted_ids
 from store.transcripts.records import wire_record
@@ -75,7 +75,8 @@ async def tree(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | No
     def build() -> Any:  # one worker-thread hop for both files and the tree
         live = load_live(paths.transcript, default_created_ms=created)
         rf = read_revisions(paths.revisions)
-        branches = [StoredBranch(e.root_user_id, e.revision_index, e.messages, e.live, e.deleted)
+        branches = [StoredBranch(e.root_user_id, e.revision_index, e.messages, e.live, e.deleted,
+                                 None if find_root(live.messages, e.root_user_id) is not None else ROOT_MISSING)
                     for _, e in sorted(rf.entries.items())]
         return build_tree(live.messages, deleted_ids(live.tombstones), branches)
 

@@ -30,6 +30,7 @@ holds, written by an interrupted try of the same rewrite, is not written again).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ from store.revisions import (
     RevisionFile,
     append_revision_lines,
     archived_deletion_lines,
+    branch_unavailable,
     entry_of_line,
     family_key,
     family_of,
@@ -70,6 +72,7 @@ from store.revisions import (
     stored_as,
     sync_active,
     upsert_row,
+    user_line_spans,
     with_stamp,
 )
 from store.tombstones import deleted_ids
@@ -467,7 +470,33 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
 async def list_revisions(ctx: SessionContext, p: m.ListRevisionsParams, key: ReceiptKey | None) -> Any:
     await ensure_synced(ctx)
     family = None if p.root_user_id is None else await _family_named(ctx, p.root_user_id)
-    return {"revisions": await ctx.read(revision_rows, ctx.sid, family)}
+    rows = await ctx.read(revision_rows, ctx.sid, family)
+    if rows:
+        # a branch activateRevision cannot switch to is marked so (its family's live root, its reference)
+        users = await ctx.io_with_reader(_live_user_records, ctx.sid, ctx.paths.transcript,
+                                         int(ctx.row.get("createdAt") or 0))
+        refs = _live_refs(ctx)
+        for row in rows:
+            root, idx = str(row["rootUserId"]), int(row["revisionIndex"])
+            pos = find_root(users, root)
+            why = branch_unavailable(None if pos is None else users[pos], (root, idx) in refs, idx)
+            if why is not None:
+                row["unavailable"] = why
+    return {"revisions": rows}
+
+
+def _live_user_records(conn: Any, sid: str, path: str | os.PathLike[str], created: int) -> list[dict[str, Any]]:
+    """The live user messages in transcript order (newest line of each), read through the index's spans;
+    the whole transcript when a row has none or a span does not hold a user line."""
+    spans = user_line_spans(conn, sid)
+    if spans is not None:
+        try:
+            records = [loads_line(blob) for blob in read_spans(path, spans)]
+        except (CorruptData, ValueError):  # a span past the end or off a line: the index trails the file
+            records = []
+        if len(records) == len(spans) and all(rec.get("role") == "user" for rec in records):
+            return records
+    return [rec for rec in load_live(path, default_created_ms=created).messages if rec.get("role") == "user"]
 
 
 async def _family_named(ctx: SessionContext, root_user_id: str) -> str:

@@ -1836,6 +1836,7 @@ class RevisionInfo(TypedDict):
     isActive: bool
     messageCount: int
     createdAt: int
+    unavailable: NotRequired[Literal["root_missing", "stale_reference"] | None]
 
 
 class RevisionResult(TypedDict):
@@ -2625,6 +2626,7 @@ class TreeNode(TypedDict):
     active: bool
     deleted: bool
     preview: str
+    unavailable: NotRequired[Literal["root_missing", "stale_reference"] | None]
 
 
 class TreeResult(TypedDict):

@@ -2370,6 +2370,8 @@ export interface RevisionInfo {
   messageCount: number;
   /** Unix time in milliseconds. */
   createdAt: number;
+  /** session.listRevisions only. Present when session.activateRevision cannot switch to this branch now: root_missing (no live user message roots its family: an edit that named no root, or its root deleted; the switch answers MESSAGE_NOT_FOUND), stale_reference (its revisions line is a reference to a live branch, but the live root is stamped with another variant, as after restoring the revisions file from a backup: the branch is not stored, the switch answers CORRUPT_DATA). */
+  unavailable?: "root_missing" | "stale_reference" | null;
 }
 
 export interface RevisionResult {
@@ -3390,6 +3392,8 @@ export interface TreeNode {
   deleted: boolean;
   /** Short plain-text preview. */
   preview: string;
+  /** Archived nodes: about the branch the node id names (rev:<rootUserId>:<revisionIndex>:…). Present when session.activateRevision cannot switch to this branch now: root_missing (no live user message roots its family: an edit that named no root, or its root deleted; the switch answers MESSAGE_NOT_FOUND), stale_reference (its revisions line is a reference to a live branch, but the live root is stamped with another variant, as after restoring the revisions file from a backup: the branch is not stored, the switch answers CORRUPT_DATA). */
+  unavailable?: "root_missing" | "stale_reference" | null;
 }
 
 export interface TreeResult {
