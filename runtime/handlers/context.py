@@ -10,19 +10,21 @@ the active branch, read from the index (turns and snapshots live there).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.session_context import SessionContext
 from protocol import models as m
+from runtime.handlers.revisions import foreign_ids
 from store.attachments import mark_evicted_blocks
 from store.context import StoredBranch, build_session_context, build_tree, latest_turn_context
 from store.errors import PayloadTooLarge
 from store.receipts import ReceiptKey
-from store.revisions import ROOT_MISSING, find_root, read_revisions
+from store.revisions import ROOT_MISSING, RevisionFile, find_root, read_revisions, respell
 from store.rules import MAX_WHOLE_READ_BYTES
 from store.tombstones import deleted_ids
 from store.transcripts.records import wire_record
-from store.transcripts.rewrite import load_live
+from store.transcripts.rewrite import LiveTranscript, load_live
 
 __all__ = ["context", "tree"]
 
@@ -72,12 +74,28 @@ async def tree(ctx: SessionContext, p: m.SessionReadParams, key: ReceiptKey | No
     created = int(ctx.row.get("createdAt") or 0)
     paths = ctx.paths
 
-    def build() -> Any:  # one worker-thread hop for both files and the tree
-        live = load_live(paths.transcript, default_created_ms=created)
+    def read() -> tuple[LiveTranscript, RevisionFile, list[str]]:  # one worker-thread hop for both files
         rf = read_revisions(paths.revisions)
-        branches = [StoredBranch(e.root_user_id, e.revision_index, e.messages, e.live, e.deleted,
-                                 None if find_root(live.messages, e.root_user_id) is not None else ROOT_MISSING)
-                    for _, e in sorted(rf.entries.items())]
+        archived = dict.fromkeys(str(msg["id"]) for e in rf.entries.values() if not e.live for msg in e.messages)
+        return load_live(paths.transcript, default_created_ms=created), rf, list(archived)
+
+    live, rf, archived = await ctx.io(read)
+    # an archived message whose id another session took since its branch left the transcript is shown under
+    # the id activateRevision gives it back (its D444 spelling, store.revisions.respell), the one a client
+    # then finds in the transcript
+    taken = await foreign_ids(ctx, archived) if archived else set()
+    sid = ctx.sid
+
+    def build() -> Any:  # the tree in the worker thread too: a long session is seconds of work
+        branches = []
+        for _, e in sorted(rf.entries.items()):
+            messages: Sequence[Mapping[str, Any]] = e.messages
+            deleted = e.deleted
+            if taken and not e.live:
+                spelled = respell(sid, taken, messages, {}, (), deleted)
+                messages, deleted = spelled.messages, frozenset(spelled.deleted)
+            unavailable = None if find_root(live.messages, e.root_user_id) is not None else ROOT_MISSING
+            branches.append(StoredBranch(e.root_user_id, e.revision_index, messages, e.live, deleted, unavailable))
         return build_tree(live.messages, deleted_ids(live.tombstones), branches)
 
     return await ctx.io(build)

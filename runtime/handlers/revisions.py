@@ -93,8 +93,8 @@ from store.transcripts.rewrite import (
 from store.transcripts.transcript import read_spans
 from store.turns import abort_running, get_turn
 
-__all__ = ["activate", "list_revisions", "replace_messages", "save_active", "set_archived_deleted", "snapshot",
-           "truncate_from"]
+__all__ = ["activate", "foreign_ids", "list_revisions", "replace_messages", "save_active", "set_archived_deleted",
+           "snapshot", "truncate_from"]
 
 SYNCED = "revisions.synced"
 LIVE_REFS = "revisions.liveRefs"
@@ -556,7 +556,7 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     switch = await ctx.io(plan_switch, sid, live, rpos, rf, family, known, current, target_idx, target, turns, refs)
     # ids of the branch another session took since it left the transcript (the revisions file reserves none)
     # come back as an append of them is stored: under this session's D444 spelling
-    taken = await _foreign_ids(ctx, switch.restored_ids)
+    taken = await foreign_ids(ctx, switch.restored_ids)
     if taken:
         switch = await ctx.io(plan_switch, sid, live, rpos, rf, family, known, current, target_idx, target, turns,
                               refs, frozenset(taken))
@@ -724,7 +724,7 @@ def _unstamped(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-async def _foreign_ids(ctx: SessionContext, ids: Sequence[str]) -> set[str]:
+async def foreign_ids(ctx: SessionContext, ids: Sequence[str]) -> set[str]:
     """The ids another session holds: in the index, or in its acknowledged appends the index does not
     cover yet (asked first: one settled before the read is in the read's snapshot), as an append asks."""
     pending = ctx.index_log.held(ids)
@@ -734,7 +734,7 @@ async def _foreign_ids(ctx: SessionContext, ids: Sequence[str]) -> set[str]:
 
 
 async def _check_foreign_ids(ctx: SessionContext, ids: Sequence[str]) -> None:
-    foreign = sorted(await _foreign_ids(ctx, ids))
+    foreign = sorted(await foreign_ids(ctx, ids))
     if foreign:
         raise Conflict(f"message id {foreign[0]} belongs to another session",
                        data={"sessionId": ctx.sid, "messageId": foreign[0]})

@@ -204,3 +204,32 @@ async def test_an_edited_away_root_whose_id_another_session_took_comes_back_in_i
                 await _switch(c, a, 2)
                 assert await _live(c, a) == [("u1e", "second wording"), ("a1e", "second answer")]
             assert await _live(c, b) == [("u1", "B's u1"), ("a1", "B's a1")]
+
+
+async def _archived_nodes(c: HostClient, sid: str) -> list[tuple[str, str, bool]]:
+    tree = await _call(c, "session.tree", {"sessionId": sid})
+    return [(n["id"], n["messageId"], n["deleted"]) for n in tree["nodes"] if n["id"].startswith("rev:")]
+
+
+async def test_the_tree_shows_an_archived_message_under_the_id_its_restore_gives_it(tmp_path: Path) -> None:
+    """Seed 000 §3: the tree is what a client acts on. Before the fix it showed A's archived a1 and a2 under
+    their stored ids, which are B's messages now; a client naming them (to delete one, or to find it after the
+    switch) reached B's message or none. The tree shows each under the id ``activateRevision`` then puts in the
+    transcript (``{sessionId}:{id}``), before the switch, after a restart with a rebuilt index, and the
+    spelling the switch gives is the one the tree showed."""
+    root = tmp_path / "data"
+    root.mkdir()
+    with trio.fail_after(120):
+        async with real_host(root) as (_, c):
+            a, b = await _setup(c)
+            shown = await _archived_nodes(c, a)
+            assert shown == [(f"rev:u1:1:{a}:a1", f"{a}:a1", False), ("rev:u1:1:u2", "u2", False),
+                             (f"rev:u1:1:{a}:a2", f"{a}:a2", True)]
+        _drop_database(root)
+        async with real_host(root) as (_, c):
+            assert await _archived_nodes(c, a) == shown
+            await _switch(c, a, 1)
+            assert [mid for mid, _ in await _live(c, a)] == ["u1"] + [mid for _, mid, _ in shown]
+            assert await _archived_nodes(c, a) == [("rev:u1:2:a1b", "a1b", False)]
+            await _switch(c, a, 2)  # the old branch left again, stored as it was live: the same ids
+            assert await _archived_nodes(c, a) == shown
