@@ -24,6 +24,7 @@ from protocol import models as m
 from runtime.context import ReadContext
 from runtime.handlers.sessions import remove_session
 from store import queue
+from store.indexing import index
 from store.receipts import ReceiptKey
 from store.trash import (
     TRASHED_AT,
@@ -42,14 +43,26 @@ __all__ = ["list_trash", "purge", "restore", "trash"]
 async def trash(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -> Any:
     sid, now, plugin = ctx.sid, ctx.now(), ctx.caller.plugin_id
     row, stamp = await ctx.read(lambda conn: (check_scope(conn, sid, plugin), trash_time(conn, now)))
-    at = row["deletedAt"] if row["deletedAt"] is not None else stamp  # trashed again: keeps the first time
-    return await _write_state(ctx, at, lambda conn: {"session": trash_session(conn, sid, now_ms=at, plugin_id=plugin)})
+    if row["deletedAt"] is not None:  # trashed already: keeps its first time, and nothing is written
+        return await _as_it_is(ctx, key, row)
+    return await _write_state(ctx, stamp,
+                              lambda conn: {"session": trash_session(conn, sid, now_ms=stamp, plugin_id=plugin)})
 
 
 async def restore(ctx: SessionContext, p: m.TrashParams, key: ReceiptKey | None) -> Any:
     sid, plugin = ctx.sid, ctx.caller.plugin_id
-    await ctx.read(lambda conn: check_scope(conn, sid, plugin))
+    row = await ctx.read(lambda conn: check_scope(conn, sid, plugin))
+    if row["deletedAt"] is None:  # not in the trash: nothing to bring back, nothing is written
+        return await _as_it_is(ctx, key, row)
     return await _write_state(ctx, None, lambda conn: {"session": restore_session(conn, sid, plugin_id=plugin)})
+
+
+async def _as_it_is(ctx: SessionContext, key: ReceiptKey | None, row: dict[str, Any]) -> Any:
+    """A trash or restore that finds the session in the state it asks for: the session as it is (``row``), no
+    line and no event. Keyed, its receipt is a database row only (there is no effect for it to ride with,
+    ARCHITECTURE "Receipts ride with their effect"): a retry is answered with it, a restart included."""
+    answer = {"session": index.public_session(row)}
+    return await ctx.commit(lambda conn: answer) if key is not None else answer
 
 
 async def _write_state(ctx: SessionContext, at: int | None, rows: Callable[[Any], Any]) -> Any:

@@ -1,0 +1,85 @@
+"""Seed 003 §4.2 (projects), §4.5 (sessions.deleted_at, the trash), §4.14 (the notification inbox) and
+protocol/README §9 "Trash", against real ``pi-host serve`` processes over WebSocket.
+
+Found: ``sessions.restore`` of a session not in the trash (and ``sessions.trash`` of one already there)
+appended a ``session_info`` line all the same, the call's receipt in it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from protocol.models import TrashResult
+from runtime.client import HostClient
+from tests.acceptance.outsiderkit import code_of, data_dir, real_host, say, shared_host
+from tests.hostkit import HostProcess
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    """One host for the probes that never restart it (each uses sessions and project paths of its own)."""
+    yield from shared_host(tmp_path_factory, "trash-outsider")
+
+
+def _files(root: Path, sid: str) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (root / "sessions").iterdir() if p.name.startswith(f"{sid}.")}
+
+
+async def _trash_ids(c: HostClient) -> list[str]:
+    return [s["id"] for s in (await c.call("sessions.listTrashed", {}))["sessions"]]
+
+
+# --------------------------------------------------------------------------------- §4.5 trash, no-op calls
+
+
+async def test_restoring_a_session_not_in_the_trash_writes_nothing_and_a_keyed_retry_answers_as_the_first(
+        tmp_path: Path) -> None:
+    """protocol/README §9 Trash: "sessions.restore brings it back exactly"; a session not in the trash has
+    nothing to come back from, so its restore answers the session as it is and writes nothing (no
+    ``session_info`` line: the transcript keeps its bytes). Keyed (§4), a retry answers exactly what the
+    first call did, after a rename, after the session went to the trash since (nothing restored then) and
+    after a SIGKILL and restart; the same key for another request is ``IDEMPOTENCY_CONFLICT``. The same for
+    ``sessions.trash`` of a session already in the trash: it keeps its first time and writes nothing."""
+    root = data_dir(tmp_path)
+    keyed = {"sessionId": "live", "submissionId": "rs-live"}
+    again = {"sessionId": "gone", "submissionId": "tr-again"}
+    with trio.fail_after(120):
+        async with real_host(root) as (proc, c):
+            for sid in ("live", "gone"):
+                await c.call("session.create", {"sessionId": sid, "title": f"{sid} session"})
+                await say(c, sid, f"{sid}-u1", "hello")
+            gone_at = (await c.call("sessions.trash", {"sessionId": "gone"}))["session"]["deletedAt"]
+            files = {sid: _files(root, sid) for sid in ("live", "gone")}
+            summary = (await c.call("session.get", {"sessionId": "live"}))["session"]
+
+            plain = await c.call("sessions.restore", {"sessionId": "live"})
+            first = await c.call("sessions.restore", keyed)
+            for answer in (plain, first):
+                TrashResult.model_validate(answer)
+                assert answer["session"] == summary
+            trashed_again = await c.call("sessions.trash", again)
+            TrashResult.model_validate(trashed_again)
+            assert trashed_again["session"]["deletedAt"] == gone_at
+            await c.call("sessions.trash", {"sessionId": "gone"})
+            assert {sid: _files(root, sid) for sid in ("live", "gone")} == files  # not one byte written
+            assert await _trash_ids(c) == ["gone"]
+
+            await c.call("session.rename", {"sessionId": "live", "title": "renamed since"})
+            assert await c.call("sessions.restore", keyed) == first
+            await c.call("sessions.trash", {"sessionId": "live"})
+            assert await c.call("sessions.restore", keyed) == first  # answered: not restored by the retry
+            assert await _trash_ids(c) == ["live", "gone"]
+            await c.call("sessions.restore", {"sessionId": "gone"})
+            assert await c.call("sessions.trash", again) == trashed_again  # answered: not trashed again
+            assert await _trash_ids(c) == ["live"]
+            assert await code_of(c, "sessions.restore", {**keyed, "sessionId": "gone"}) == "IDEMPOTENCY_CONFLICT"
+            proc.kill9()
+        async with real_host(root) as (proc, c):
+            assert await c.call("sessions.restore", keyed) == first
+            assert await c.call("sessions.trash", again) == trashed_again
+            assert await _trash_ids(c) == ["live"]
+            assert (await c.call("session.get", {"sessionId": "gone"}))["session"].get("deletedAt") is None
+            proc.kill9()
