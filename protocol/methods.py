@@ -762,7 +762,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "projects.remove",
         m.ProjectsRemoveParams,
         m.ProjectsRemoveResult,
-        "Delete a project's sessions (rows and files), its row and project memory; never its folder.",
+        "Delete a project's sessions (rows and files), those in the trash too, its row and project memory; "
+        "never its folder.",
         _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT")),
     ),
     # -- settings -----------------------------------------------------------

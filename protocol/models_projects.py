@@ -23,7 +23,10 @@ class Project(Result):
     pinned: bool
     created_at: TimestampMs
     last_opened_at: TimestampMs
-    session_count: Count
+    session_count: Count = Field(description="Its sessions session.list shows (the trash left out).")
+    trashed_session_count: Count = Field(
+        description="Its sessions in the trash. projects.remove deletes sessionCount + trashedSessionCount "
+                    "sessions.")
 
 
 class ProjectsListParams(Params):

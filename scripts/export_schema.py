@@ -548,7 +548,8 @@ _CALLBACK = {
 }
 
 _PROJECT = {"id": 3, "path": "/home/ada/src/parser", "name": "parser", "pinned": False,
-            "createdAt": 1785056000000, "lastOpenedAt": 1785056400000, "sessionCount": 2}
+            "createdAt": 1785056000000, "lastOpenedAt": 1785056400000, "sessionCount": 2,
+            "trashedSessionCount": 0}
 _GROUP = {"id": "g-5e0d", "name": "Parser", "roots": ["/home/ada/src/parser", "/home/ada/src/lexer"],
           "primaryRoot": "/home/ada/src/parser", "createdAt": 1785056400000, "updatedAt": 1785056400000}
 _MEMORY = {"format": "entries-v1", "entries": [{"id": "e1", "title": "Build", "content": "make -j4"}],
@@ -1155,7 +1156,8 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "projects.list": (
         {},
         {"projects": [{"id": 3, "path": "/home/ada/src/parser", "name": "parser", "pinned": False,
-                       "createdAt": 1785056400000, "lastOpenedAt": 1785056712000, "sessionCount": 4}]},
+                       "createdAt": 1785056400000, "lastOpenedAt": 1785056712000, "sessionCount": 4,
+                       "trashedSessionCount": 1}]},
     ),
     "projects.remove": (
         {"projectId": 3, "submissionId": "rm-3"},

@@ -69,13 +69,16 @@ _MAX_INTENT_BYTES = 1 << 26  # ~900k session ids
 
 
 def _project(row: tuple[Any, ...]) -> dict[str, Any]:
-    pid, path, name, pinned, created, opened, count = row
+    pid, path, name, pinned, created, opened, count, trashed = row
     return {"id": pid, "path": path, "name": name, "pinned": bool(pinned), "createdAt": created,
-            "lastOpenedAt": opened, "sessionCount": count}
+            "lastOpenedAt": opened, "sessionCount": count, "trashedSessionCount": trashed}
 
 
+# sessionCount: the project's sessions session.list shows; trashedSessionCount: its sessions in the trash
+# (projects.remove deletes both)
 _SELECT = ("SELECT p.id, p.path, p.name, p.pinned, p.created_at, p.last_opened_at, "
-           "(SELECT COUNT(*) FROM sessions s WHERE s.project_id = p.id AND s.deleted_at IS NULL) FROM projects p")
+           "(SELECT COUNT(*) FROM sessions s WHERE s.project_id = p.id AND s.deleted_at IS NULL), "
+           "(SELECT COUNT(*) FROM sessions s WHERE s.project_id = p.id AND s.deleted_at IS NOT NULL) FROM projects p")
 
 
 def id_floor_after_loss(evidence: Sequence[Path], *, now_ms: int) -> int:

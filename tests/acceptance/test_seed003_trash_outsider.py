@@ -2,19 +2,22 @@
 protocol/README §9 "Trash", against real ``pi-host serve`` processes over WebSocket.
 
 Found: ``sessions.restore`` of a session not in the trash (and ``sessions.trash`` of one already there)
-appended a ``session_info`` line all the same, the call's receipt in it."""
+appended a ``session_info`` line all the same, the call's receipt in it; ``projects.list`` counted a
+project's live sessions only while ``projects.remove`` deletes its trashed ones too, and no field said how
+many."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from protocol.models import TrashResult
+from protocol.models import ProjectsListResult, TrashResult
 from runtime.client import HostClient
-from tests.acceptance.outsiderkit import code_of, data_dir, real_host, say, shared_host
+from tests.acceptance.outsiderkit import client, code_of, data_dir, real_host, say, shared_host
 from tests.hostkit import HostProcess
 
 
@@ -83,3 +86,42 @@ async def test_restoring_a_session_not_in_the_trash_writes_nothing_and_a_keyed_r
             assert await _trash_ids(c) == ["live"]
             assert (await c.call("session.get", {"sessionId": "gone"}))["session"].get("deletedAt") is None
             proc.kill9()
+
+
+# ------------------------------------------------------------------ §4.2 projects.list, projects.remove
+
+
+async def _project(c: HostClient, path: str) -> dict[str, Any]:
+    listed = await c.call("projects.list", {})
+    ProjectsListResult.model_validate(listed)
+    (project,) = [p for p in listed["projects"] if p["path"] == path]
+    return dict(project)
+
+
+async def test_projects_list_says_how_many_sessions_a_remove_deletes_the_trash_included(
+        shared: HostProcess) -> None:
+    """Seed 003 §4.2: "projects.list is the Project archive index source of truth"; protocol/README:
+    ``projects.remove`` deletes "a project's sessions (rows and files)", the trashed ones too, while
+    ``sessionCount`` counts what ``session.list {projectId}`` shows (§9: the trash is "hidden from
+    session.list"). ``trashedSessionCount`` beside it counts the project's sessions in the trash, so a UI
+    that asks "remove N sessions?" knows N = sessionCount + trashedSessionCount before it removes."""
+    path = "/trash-outsider/counted"
+    with trio.fail_after(60):
+        async with client(shared) as c:
+            sids = [(await c.call("session.create", {"projectPath": path, "title": f"s{n}"}))["id"] for n in range(4)]
+            await c.call("sessions.trash", {"sessionId": sids[0]})
+            await c.call("sessions.trash", {"sessionId": sids[1]})
+            project = await _project(c, path)
+            listed = (await c.call("session.list", {"projectId": project["id"]}))["sessions"]
+            assert sorted(s["id"] for s in listed) == sorted(sids[2:])
+            assert (project["sessionCount"], project["trashedSessionCount"]) == (2, 2)
+            await c.call("sessions.restore", {"sessionId": sids[1]})
+            project = await _project(c, path)
+            assert (project["sessionCount"], project["trashedSessionCount"]) == (3, 1)
+            for method, params in (("workspace.open", {"path": path}), ("projects.pin", {
+                    "projectId": project["id"], "pinned": True})):
+                answered = (await c.call(method, params))["project"]
+                assert (answered["sessionCount"], answered["trashedSessionCount"]) == (3, 1), method
+            removed = await c.call("projects.remove", {"projectId": project["id"]})
+            assert sorted(removed["deletedSessions"]) == sorted(sids)
+            assert len(removed["deletedSessions"]) == project["sessionCount"] + project["trashedSessionCount"]

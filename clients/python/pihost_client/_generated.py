@@ -1437,6 +1437,7 @@ class Project(TypedDict):
     createdAt: int
     lastOpenedAt: int
     sessionCount: int
+    trashedSessionCount: int
 
 
 class ProjectGroup(TypedDict):
@@ -4090,7 +4091,7 @@ class ProjectsMethods:
         return cast(ProjectsListResult, await self._call("projects.list", params, False, timeout))
 
     async def remove(self, *, project_id: int, submission_id: str | None = None, timeout: float | None = None) -> ProjectsRemoveResult:
-        """``projects.remove``: Delete a project's sessions (rows and files), its row and project memory; never its folder. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``projects.remove``: Delete a project's sessions (rows and files), those in the trash too, its row and project memory; never its folder. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["projectId"] = project_id
         if submission_id is not None:

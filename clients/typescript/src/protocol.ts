@@ -1847,7 +1847,10 @@ export interface Project {
   createdAt: number;
   /** Unix time in milliseconds. */
   lastOpenedAt: number;
+  /** Its sessions session.list shows (the trash left out). */
   sessionCount: number;
+  /** Its sessions in the trash. projects.remove deletes sessionCount + trashedSessionCount sessions. */
+  trashedSessionCount: number;
 }
 
 export interface ProjectGroup {
@@ -3806,7 +3809,7 @@ export interface Methods {
   "session.listTurns": { params: ListTurnsParams; result: ListTurnsResult };
   /** The Project archive index. */
   "projects.list": { params: ProjectsListParams; result: ProjectsListResult };
-  /** Delete a project's sessions (rows and files), its row and project memory; never its folder. (mutating: accepts submissionId) */
+  /** Delete a project's sessions (rows and files), those in the trash too, its row and project memory; never its folder. (mutating: accepts submissionId) */
   "projects.remove": { params: ProjectsRemoveParams; result: ProjectsRemoveResult };
   /** Read one key of a kv namespace (app: one field of the settings blob, normalized). */
   "settings.get": { params: SettingsGetParams; result: SettingsGetResult };
