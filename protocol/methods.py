@@ -220,7 +220,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         "notifications.list",
         m.NotificationsListParams,
         m.NotificationsListResult,
-        "The notification inbox, newest first, with the unread count.",
+        "The notification inbox, newest first, with the unread count (a trashed session's are left out).",
         _codes(_DB_READ, _PAGED),
     ),
     _spec(
@@ -234,14 +234,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         "notifications.markAllRead",
         m.NotificationsMarkAllReadParams,
         m.UpdatedResult,
-        "Mark every notification read.",
+        "Mark every notification in the inbox read.",
         _DB_WRITE,
     ),
     _spec(
         "notifications.clear",
         m.NotificationsClearParams,
         m.DeletedResult,
-        "Delete the given notifications, or all of them.",
+        "Delete the given notifications, or all of the inbox's.",
         _DB_WRITE,
     ),
     # -- queue --------------------------------------------------------------
@@ -1089,7 +1089,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "sessions.trash",
         m.TrashParams,
         m.TrashResult,
-        "Move a session to the trash: hidden from lists, plugin reads and search; nothing is removed.",
+        "Move a session to the trash: hidden from lists, plugin reads, search and the notification inbox; "
+        "nothing is removed.",
         _codes(_SESSION_WRITE, ("PERMISSION_DENIED",)),
     ),
     _spec(

@@ -3,7 +3,9 @@
 One row per terminal (completed/error) turn, inserted by ``session.endTurn``
 in the same transaction as the turn update, then the global newest-200 cap
 is enforced in that transaction too. List / mark-read / mark-all-read / clear
-touch the ``notifications`` table only: never sessions, turns or transcripts.
+touch the ``notifications`` table only: never sessions, turns or transcripts. The
+notifications of a session in the trash are out of the inbox until it is restored
+(``_SHOWN``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from store.jsonio import Readable, readable, stored_value
 from store.stamps import after_newest
 
 _COLUMNS = "id, kind, session_id, session_title, turn_id, error_code, created_at, read_at"
+
+_SHOWN = "session_id NOT IN (SELECT id FROM sessions WHERE deleted_at IS NOT NULL)"
+"""The inbox: the notifications of sessions not in the trash. A trashed session's stay as they are (unlisted,
+uncounted, out of reach of mark-read, mark-all-read and clear) until its restore brings them back or its
+purge deletes them (the cascade); the newest-200 cap is global and counts them (seed 003 §4.14)."""
 
 
 KINDS: Final = ("task.completed", "task.failed")
@@ -77,16 +84,15 @@ def list_notifications(
     """Newest first by (created_at DESC, id DESC). Returns (page, next cursor, unread count). A notification
     whose record is damaged (its kind outside its set) is named in the page's ``unreadable``; the cursor
     comes from the rows' keys, so it moves past it."""
-    where: list[str] = []
+    where: list[str] = [_SHOWN]
     args: list[Any] = []
     if unread_only:
         where.append("read_at IS NULL")
     if cursor is not None:
         where.append("(created_at < ? OR (created_at = ? AND id < ?))")
         args += [cursor[0], cursor[0], cursor[1]]
-    clause = f"WHERE {' AND '.join(where)}" if where else ""
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM notifications {clause} ORDER BY created_at DESC, id DESC LIMIT ?",
+        f"SELECT {_COLUMNS} FROM notifications WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT ?",
         (*args, limit + 1),
     ).fetchall()
     more = len(rows) > limit
@@ -96,7 +102,7 @@ def list_notifications(
 
 
 def unread_count(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("SELECT COUNT(*) FROM notifications WHERE read_at IS NULL").fetchone()[0])
+    return int(conn.execute(f"SELECT COUNT(*) FROM notifications WHERE read_at IS NULL AND {_SHOWN}").fetchone()[0])
 
 
 def mark_read(conn: sqlite3.Connection, ids: Sequence[str], now_ms: int) -> int:
@@ -105,21 +111,22 @@ def mark_read(conn: sqlite3.Connection, ids: Sequence[str], now_ms: int) -> int:
     unique = list(dict.fromkeys(ids))
     for marks, chunk in in_chunks(unique):
         changed += conn.execute(
-            f"UPDATE notifications SET read_at = ? WHERE read_at IS NULL AND id IN ({marks})", (now_ms, *chunk)
+            f"UPDATE notifications SET read_at = ? WHERE read_at IS NULL AND id IN ({marks}) AND {_SHOWN}",
+            (now_ms, *chunk),
         ).rowcount
     return changed
 
 
 def mark_all_read(conn: sqlite3.Connection, now_ms: int) -> int:
-    return conn.execute("UPDATE notifications SET read_at = ? WHERE read_at IS NULL", (now_ms,)).rowcount
+    return conn.execute(f"UPDATE notifications SET read_at = ? WHERE read_at IS NULL AND {_SHOWN}", (now_ms,)).rowcount
 
 
 def clear(conn: sqlite3.Connection, ids: Sequence[str] | None) -> int:
-    """Delete the given notifications (all when ``ids`` is None). Returns rows deleted."""
+    """Delete the given notifications (all in the inbox when ``ids`` is None). Returns rows deleted."""
     if ids is None:
-        return conn.execute("DELETE FROM notifications").rowcount
+        return conn.execute(f"DELETE FROM notifications WHERE {_SHOWN}").rowcount
     deleted = 0
     unique = list(dict.fromkeys(ids))
     for marks, chunk in in_chunks(unique):
-        deleted += conn.execute(f"DELETE FROM notifications WHERE id IN ({marks})", chunk).rowcount
+        deleted += conn.execute(f"DELETE FROM notifications WHERE id IN ({marks}) AND {_SHOWN}", chunk).rowcount
     return deleted

@@ -4,7 +4,8 @@ protocol/README §9 "Trash", against real ``pi-host serve`` processes over WebSo
 Found: ``sessions.restore`` of a session not in the trash (and ``sessions.trash`` of one already there)
 appended a ``session_info`` line all the same, the call's receipt in it; ``projects.list`` counted a
 project's live sessions only while ``projects.remove`` deletes its trashed ones too, and no field said how
-many."""
+many; a trashed session's notifications stayed in ``notifications.list`` and its ``unreadCount``, and
+``markAllRead`` / ``clear`` changed them, so a restore did not bring them back as they were."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from protocol.models import ProjectsListResult, TrashResult
+from protocol.models import NotificationsListResult, ProjectsListResult, TrashResult
 from runtime.client import HostClient
 from tests.acceptance.outsiderkit import client, code_of, data_dir, real_host, say, shared_host
 from tests.hostkit import HostProcess
@@ -125,3 +126,65 @@ async def test_projects_list_says_how_many_sessions_a_remove_deletes_the_trash_i
             removed = await c.call("projects.remove", {"projectId": project["id"]})
             assert sorted(removed["deletedSessions"]) == sorted(sids)
             assert len(removed["deletedSessions"]) == project["sessionCount"] + project["trashedSessionCount"]
+
+
+# ---------------------------------------------------------------------- §4.14 the inbox and the trash
+
+
+async def _inbox(c: HostClient) -> dict[str, Any]:
+    everything = await c.call("notifications.list", {"limit": 200})
+    unread = await c.call("notifications.list", {"unreadOnly": True, "limit": 200})
+    for page in (everything, unread):
+        NotificationsListResult.model_validate(page)
+    assert everything["unreadCount"] == unread["unreadCount"] == len(unread["notifications"])
+    return {"all": everything["notifications"], "unread": everything["unreadCount"]}
+
+
+async def _ended(c: HostClient, sid: str, turn_id: str, status: str = "completed") -> dict[str, Any]:
+    await c.call("session.startTurn", {"sessionId": sid, "turnId": turn_id})
+    ended = await c.call("session.endTurn", {"sessionId": sid, "turnId": turn_id, "status": status})
+    return dict(ended["notification"])
+
+
+async def test_a_trashed_sessions_notifications_leave_the_inbox_and_come_back_as_they_were_on_restore(
+        tmp_path: Path) -> None:
+    """protocol/README §9 Trash: a trashed session is hidden and "sessions.restore brings it back exactly";
+    nothing is removed before the purge. Seed 003 §4.14: the inbox is ``notifications.list`` with its unread
+    count, mark-read, mark-all-read and clear. While its session is in the trash a notification is out of
+    the inbox (the list, ``unreadOnly``, ``unreadCount``), and mark-read, mark-all-read and clear do not
+    reach it, so a restore (a SIGKILL and restart between) brings it back as it was, read or unread; a
+    purge deletes it with its session (§4.14 "session deletion also cascades its rows")."""
+    root = data_dir(tmp_path)
+    with trio.fail_after(120):
+        async with real_host(root) as (proc, c):
+            for sid in ("hidden", "shown"):
+                await c.call("session.create", {"sessionId": sid, "title": f"{sid} session"})
+            h1 = await _ended(c, "hidden", "h-t1")
+            h2 = await _ended(c, "hidden", "h-t2", "error")
+            s1 = await _ended(c, "shown", "s-t1")
+            assert await c.call("notifications.markRead", {"ids": [h2["id"]]}) == {"updated": 1}
+            before = await _inbox(c)
+            assert [n["id"] for n in before["all"]] == [s1["id"], h2["id"], h1["id"]] and before["unread"] == 2
+
+            await c.call("sessions.trash", {"sessionId": "hidden"})
+            trashed = await _inbox(c)
+            assert trashed == {"all": [before["all"][0]], "unread": 1}
+            # what the inbox does not show, its writes do not reach (nothing of the trash changes or goes)
+            assert await c.call("notifications.markRead", {"ids": [h1["id"]]}) == {"updated": 0}
+            assert await c.call("notifications.clear", {"ids": [h1["id"], h2["id"]]}) == {"deleted": 0}
+            assert await c.call("notifications.markAllRead", {}) == {"updated": 1}
+            assert (await _inbox(c))["unread"] == 0
+            s2 = await _ended(c, "shown", "s-t2")
+            assert await c.call("notifications.clear", {}) == {"deleted": 2}
+            assert await _inbox(c) == {"all": [], "unread": 0}
+            proc.kill9()
+        async with real_host(root) as (proc, c):
+            assert await _inbox(c) == {"all": [], "unread": 0}
+            await c.call("sessions.restore", {"sessionId": "hidden"})
+            assert await _inbox(c) == {"all": before["all"][1:], "unread": 1}
+            assert s2["id"] not in {n["id"] for n in (await _inbox(c))["all"]}
+            await c.call("sessions.trash", {"sessionId": "hidden"})
+            await c.call("sessions.purge", {"sessionId": "hidden"})
+            await c.call("sessions.restore", {"sessionId": "shown"})  # not in the trash: changes nothing
+            assert await _inbox(c) == {"all": [], "unread": 0}
+            proc.kill9()

@@ -3378,7 +3378,7 @@ class NotificationsMethods:
         self._call = call
 
     async def list(self, *, unread_only: bool | None = None, limit: int | None = None, cursor: str | None = None, timeout: float | None = None) -> NotificationsListResult:
-        """``notifications.list``: The notification inbox, newest first, with the unread count."""
+        """``notifications.list``: The notification inbox, newest first, with the unread count (a trashed session's are left out)."""
         params: dict[str, Any] = {}
         if unread_only is not None:
             params["unreadOnly"] = unread_only
@@ -3397,14 +3397,14 @@ class NotificationsMethods:
         return cast(UpdatedResult, await self._call("notifications.markRead", params, True, timeout))
 
     async def mark_all_read(self, *, submission_id: str | None = None, timeout: float | None = None) -> UpdatedResult:
-        """``notifications.markAllRead``: Mark every notification read. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``notifications.markAllRead``: Mark every notification in the inbox read. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         if submission_id is not None:
             params["submissionId"] = submission_id
         return cast(UpdatedResult, await self._call("notifications.markAllRead", params, True, timeout))
 
     async def clear(self, *, submission_id: str | None = None, ids: builtins.list[str] | None = None, timeout: float | None = None) -> DeletedResult:
-        """``notifications.clear``: Delete the given notifications, or all of them. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``notifications.clear``: Delete the given notifications, or all of the inbox's. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         if submission_id is not None:
             params["submissionId"] = submission_id
@@ -4613,7 +4613,7 @@ class SessionsMethods:
         self._call = call
 
     async def trash(self, *, session_id: str, submission_id: str | None = None, timeout: float | None = None) -> TrashResult:
-        """``sessions.trash``: Move a session to the trash: hidden from lists, plugin reads and search; nothing is removed. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``sessions.trash``: Move a session to the trash: hidden from lists, plugin reads, search and the notification inbox; nothing is removed. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         if submission_id is not None:

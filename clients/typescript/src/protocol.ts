@@ -3665,13 +3665,13 @@ export interface Methods {
   "session.saveInflightMessage": { params: SaveInflightParams; result: SaveInflightResult };
   /** The sidecar is gone: settle the leftover checkpoint (with none, the turn's streaming reservation) as the boot sweep would; a running turn ends aborted. (mutating: accepts submissionId) */
   "session.recoverInflight": { params: RecoverInflightParams; result: RecoverInflightResult };
-  /** The notification inbox, newest first, with the unread count. */
+  /** The notification inbox, newest first, with the unread count (a trashed session's are left out). */
   "notifications.list": { params: NotificationsListParams; result: NotificationsListResult };
   /** Mark notifications read (idempotent). (mutating: accepts submissionId) */
   "notifications.markRead": { params: NotificationsMarkReadParams; result: UpdatedResult };
-  /** Mark every notification read. (mutating: accepts submissionId) */
+  /** Mark every notification in the inbox read. (mutating: accepts submissionId) */
   "notifications.markAllRead": { params: NotificationsMarkAllReadParams; result: UpdatedResult };
-  /** Delete the given notifications, or all of them. (mutating: accepts submissionId) */
+  /** Delete the given notifications, or all of the inbox's. (mutating: accepts submissionId) */
   "notifications.clear": { params: NotificationsClearParams; result: DeletedResult };
   /** Files sessions produced, newest first. */
   "artifacts.list": { params: ArtifactsListParams; result: ArtifactsListResult };
@@ -3899,7 +3899,7 @@ export interface Methods {
   "plugins.importSession": { params: PluginImportSessionParams; result: PluginImportSessionResult };
   /** The calling plugin's imported sessions with their origin (trashed ones only when asked). */
   "plugins.listSessions": { params: PluginListSessionsParams; result: PluginListSessionsResult };
-  /** Move a session to the trash: hidden from lists, plugin reads and search; nothing is removed. (mutating: accepts submissionId) */
+  /** Move a session to the trash: hidden from lists, plugin reads, search and the notification inbox; nothing is removed. (mutating: accepts submissionId) */
   "sessions.trash": { params: TrashParams; result: TrashResult };
   /** Bring a session back from the trash, exactly as it was. (mutating: accepts submissionId) */
   "sessions.restore": { params: TrashParams; result: TrashResult };
