@@ -394,8 +394,8 @@ def test_an_untrusted_or_oversized_tree_imports_in_file_order(tmp_path: Path,
         assert bounded.report.files[0].skipped["branches(not split: too many branches)"] == 1
     lines = path.read_text().splitlines()
     first_prompt = next(line for line in lines if json.loads(line).get("type") == "user")
-    dup = tmp_path / "dup" / path.name  # the first prompt's uuid on a second line saying something else
-    dup.parent.mkdir()
+    dup = tmp_path / "dup" / "cc" / path.name  # the first prompt's uuid on a second line saying something else
+    dup.parent.mkdir(parents=True)
     other = json.loads(first_prompt)
     other["message"] = {**other["message"], "content": "another prompt under the same uuid"}
     dup.write_text("".join(line + "\n" for line in [*lines, json.dumps(other)]))
@@ -406,13 +406,13 @@ def test_an_untrusted_or_oversized_tree_imports_in_file_order(tmp_path: Path,
     first = next(r for r in records if r["role"] == "user")
     assert first["id"].endswith(other["uuid"]) and first["blocks"][0]["text"] == "another prompt under the same uuid"
     assert rewritten.report.files[0].skipped["rewritten uuid"] == 1
-    again = tmp_path / "again" / path.name  # the first prompt's line written twice, word for word: one node
-    again.parent.mkdir()
+    again = tmp_path / "again" / "cc" / path.name  # the first prompt's line written twice, word for word: one node
+    again.parent.mkdir(parents=True)
     again.write_text("".join(line + "\n" for line in [*lines, first_prompt]))
     repeated = _parse(again)
     assert repeated.follows_branch and [r["id"] for r in repeated.records] == [r["id"] for r in live]
-    dangling = tmp_path / "dangling" / path.name  # the first prompt names a parent the file lacks
-    dangling.parent.mkdir()
+    dangling = tmp_path / "dangling" / "cc" / path.name  # the first prompt names a parent the file lacks
+    dangling.parent.mkdir(parents=True)
     root = json.loads(first_prompt)
     assert root["parentUuid"] is None
     dangling.write_text("".join(

@@ -2,7 +2,11 @@
 
 A session is named by its main transcript's file name whichever root imports it (a file, its project
 folder, ``~/.claude``); a subagent file given alone imports its whole session (:func:`_main_unit`,
-:func:`_file_unit`).
+:func:`_file_unit`). A file of that name in another project folder of the projects root is a session of its
+own, ``<name>@<digest of its path>``, with its own project, unless its bytes are the start of the longest
+one's (an older copy, which adds nothing): Claude Code resumes a session only from the folder of the current
+directory, so a session goes on elsewhere by its file being copied there, and the copy grows under the same
+id while the original may grow too (:func:`_copy_name`).
 
 One JSON object per line. What becomes what:
 
@@ -109,6 +113,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import glob
 import hashlib
 import heapq
 import os
@@ -192,11 +197,16 @@ def discover(root: Path) -> Iterator[SourceUnit]:
     if root.is_file():
         yield _file_unit(root)
         return
-    projects = [root] if any(root.glob("*.jsonl")) else sorted(p for p in root.iterdir() if p.is_dir())
-    for project in projects:
-        mains = {p.stem: p for p in sorted(project.glob("*.jsonl")) if p.is_file()}
+    single = any(root.glob("*.jsonl"))
+    projects = [root] if single else sorted(p for p in root.iterdir() if p.is_dir())
+    listed = [(project, {p.stem: p for p in sorted(project.glob("*.jsonl")) if p.is_file()}) for project in projects]
+    folders: dict[str, list[Path]] = {}
+    for _, mains in listed:
         for main in mains.values():
-            yield _main_unit(main)
+            folders.setdefault(main.name, []).append(main)
+    for project, mains in listed:
+        for main in mains.values():
+            yield _main_unit(main, None if single else folders[main.name])
         for folder in sorted(p for p in project.iterdir() if p.is_dir() and p.name not in mains):
             if _subagent_files(folder):  # subagent files whose main transcript is gone
                 yield _orphan_unit(folder)
@@ -210,8 +220,9 @@ def _subagent_files(session_folder: Path) -> tuple[Path, ...]:
     return tuple(sorted((session_folder / SUBAGENTS).glob("*.jsonl")))
 
 
-def _main_unit(main: Path) -> SourceUnit:
-    """A main transcript with its subagent files, named by its file name.
+def _main_unit(main: Path, same_name: list[Path] | None = None) -> SourceUnit:
+    """A main transcript with its subagent files, named by its file name (in another project folder than
+    its session's own file: :func:`_copy_name`).
 
     The identity rule of every route. Claude Code writes a session to ``<sessionId>.jsonl`` and finds it
     again by that name, so for its own files the name and the lines' ``sessionId`` agree. A renamed file
@@ -221,8 +232,69 @@ def _main_unit(main: Path) -> SourceUnit:
     other in one session. A single-file import named a renamed file by its lines' ``sessionId`` before:
     :func:`former_ids` gives that name, so the import finds such a session again
     (:func:`store.interchange.imports.resolve_unit`) instead of starting a second one.
+
+    ``same_name``: the files of that name in every project folder of the projects root (the root route
+    lists them once); None: looked up beside the file's project folder, so every route names a file alike.
     """
-    return SourceUnit(SOURCE, main.stem, (main, *_subagent_files(main.with_suffix(""))))
+    if same_name is None:
+        try:
+            same_name = sorted(p for p in main.parent.parent.glob(f"*/{glob.escape(main.name)}") if p.is_file())
+        except OSError:
+            same_name = [main]
+    return SourceUnit(SOURCE, _copy_name(main, same_name), (main, *_subagent_files(main.with_suffix(""))))
+
+
+COPY_MARK = "@"
+"""Separates a session id from the digest of the file's path in a copy's external id (:func:`_copy_name`)."""
+
+
+def _copy_name(main: Path, same_name: list[Path]) -> str:
+    """The external id of ``main`` when other project folders hold a file of its name.
+
+    Claude Code files a session under the folder of the directory it was started in and ``--resume <id>``
+    looks for ``<id>.jsonl`` in the current directory's folder only, so a session goes on in another
+    directory by its file being copied there (by hand, by a tool) and resumed: Claude Code appends to the
+    copy under the same session id and uuids, and the original may go on in its own folder. In each folder
+    it shows that folder's file, so each is a session of its own: the longest file (then the first by path)
+    is the session, named by its file name; a file whose bytes are the start of that one's (an older copy:
+    a backup, a folder copied before Claude Code wrote on in the original) holds nothing more and is named
+    alike, the import answers it ``unchanged`` (:func:`store.interchange.imports.older_copy_of`); every
+    other file is the session of its own folder, named ``<file name>@<digest of its path>``, its project the
+    directory its own lines were written in. The shared start is in both sessions, as it is in both files."""
+    if len(same_name) < 2:
+        return main.stem
+    sizes = []
+    for path in same_name:
+        try:
+            sizes.append((-path.stat().st_size, str(path), path))
+        except OSError:
+            continue
+    if not sizes:
+        return main.stem
+    own = min(sizes)[2]
+    if own == main or _starts_with(own, main):
+        return main.stem
+    digest = hashlib.sha256(str(main.absolute()).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return f"{main.stem}{COPY_MARK}{digest}"
+
+
+def _starts_with(longer: Path, shorter: Path) -> bool:
+    """Whether the bytes of ``shorter`` are the first bytes of ``longer`` (False when either cannot be read)."""
+    try:
+        with open(longer, "rb") as a, open(shorter, "rb") as b:
+            while True:
+                chunk = b.read(1 << 20)
+                if not chunk:
+                    return True
+                if a.read(len(chunk)) != chunk:
+                    return False
+    except OSError:
+        return False
+
+
+def _is_copy(unit: SourceUnit) -> bool:
+    """Whether ``unit`` is a main transcript in another folder than its session's own file (:func:`_copy_name`)."""
+    return bool(unit.files) and unit.external_id.startswith(f"{unit.files[0].stem}{COPY_MARK}")
 
 
 def _orphan_unit(session_folder: Path) -> SourceUnit:
@@ -269,7 +341,7 @@ def _is_agent_transcript(path: Path) -> bool:
 
 def _has_main(unit: SourceUnit) -> bool:
     """Whether the unit holds its session's main transcript (named by its file name: :func:`_main_unit`)."""
-    return bool(unit.files) and unit.files[0].stem == unit.external_id
+    return bool(unit.files) and (unit.files[0].stem == unit.external_id or _is_copy(unit))
 
 
 def former_ids(unit: SourceUnit) -> tuple[str, ...]:
@@ -277,7 +349,7 @@ def former_ids(unit: SourceUnit) -> tuple[str, ...]:
 
     A single-file root was named by its lines' ``sessionId``: for a renamed main transcript that is
     another session id than its name gives (:func:`_main_unit`)."""
-    if not _has_main(unit):
+    if not _has_main(unit) or _is_copy(unit):
         return ()
     named = peek_field(unit.files[0], ("sessionId",))
     return (named,) if named and named != unit.external_id else ()
@@ -354,7 +426,8 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     not_split = scanned if isinstance(scanned, str) else scanned.not_split if isinstance(scanned, _OneBranch) else None
 
     def primary() -> Iterator[Slot]:
-        conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True, rewritten=rewritten)
+        conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True, rewritten=rewritten,
+                              home=files[0].parent.name if _is_copy(unit) else None)
         if not_split is not None:
             conv.file.skipped[f"branches(not split: {not_split})"] += 1
         yield from conv.run(split.live_select if split is not None else None)
@@ -1035,7 +1108,7 @@ def _learn_agents(rec: Mapping[str, Any], offset: int, shared: _Shared) -> None:
 class _FileConverter:
     def __init__(self, ctx: ParseContext, meta: SessionMeta, report: SessionReport, shared: _Shared, sid: str,
                  path: Path, *, primary: bool, rewritten: Rewritten | None = None,
-                 inherited: Collection[int] = ()) -> None:
+                 inherited: Collection[int] = (), home: str | None = None) -> None:
         self.ctx, self.meta, self.report, self.shared, self.sid, self.path = ctx, meta, report, shared, sid, path
         self.primary = primary
         self.inherited = inherited
@@ -1068,6 +1141,9 @@ class _FileConverter:
         """A summarised checkpoint (still held), the totals before its request and the responses those
         include, until the next cost-state."""
         self.parsed_lines = 0
+        self.home = home
+        """A copy's project folder name (:func:`_copy_name`): the session's project is the first ``cwd`` that
+        folder names (the directory Claude Code went on in), not the copied lines' (None once seen)."""
 
     # ------------------------------------------------------------------ driver
     def run(self, select: Callable[[int, Mapping[str, Any]], bool] | None = None, end: int | None = None,
@@ -1230,8 +1306,11 @@ class _FileConverter:
             return
         ts = to_ms(rec.get("timestamp"))
         self.meta.saw_time(ts)
-        if self.meta.cwd is None and isinstance(rec.get("cwd"), str) and rec["cwd"]:
-            self.meta.cwd = rec["cwd"]
+        if isinstance(rec.get("cwd"), str) and rec["cwd"]:
+            if self.meta.cwd is None:
+                self.meta.cwd = rec["cwd"]
+            if self.home is not None and _project_folder(rec["cwd"]) == self.home:
+                self.meta.cwd, self.home = rec["cwd"], None
         if "gitBranch" in rec:
             self.meta.saw_git(rec["gitBranch"])
         if isinstance(rec.get("version"), str) and not self.meta.label:
@@ -1836,6 +1915,11 @@ class _FileConverter:
         if len(blocks) == len(texts):
             return "\n".join(texts)
         return blocks
+
+
+def _project_folder(cwd: str) -> str:
+    """The name of the projects folder Claude Code files a session started in ``cwd`` under."""
+    return re.sub(r"[^a-zA-Z0-9]", "-", cwd)
 
 
 def _attr(parent: str | None, name: str) -> dict[str, str]:
