@@ -107,6 +107,8 @@ One JSON object per line. What becomes what:
   ``uuid`` on two lines that say different things, a live path ending at a missing parent or in a cycle), or past
   :data:`MAX_TREE_RECORDS` / :data:`MAX_BRANCHES` / :data:`MAX_BRANCH_WORK` (then its report's
   ``skipped`` names the bound).
+* A subagent file is read from the disk once per import (:func:`_snapshots`, up to :data:`MAX_SNAPSHOT_BYTES`
+  of them): its rewrites scan, first time stamp and every conversion (live, each abandoned branch) read those bytes.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ from store.interchange.importers.common import (
     text_block,
     to_ms,
 )
-from store.interchange.importers.reader import PEEK_CHUNK
+from store.interchange.importers.reader import PEEK_CHUNK, Snapshot, read_snapshot
 from store.interchange.importers.usage_shape import normalize_usage
 
 SOURCE = "claude-code"
@@ -414,8 +416,10 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     shared = _Shared()
 
     files = unit.files[: ctx.limits.max_files_per_session]
+    snapshots = _snapshots(files[1:])
     sub_uuids: set[int] = set()
-    sub_rewritten = {path: found for path in files[1:] if (found := _scan_rewrites(path, ctx.limits, sub_uuids))}
+    sub_rewritten = {path: found for path in files[1:]
+                     if (found := _scan_rewrites(path, ctx.limits, sub_uuids, snapshots.get(path)))}
     """Each subagent file's uuids written again saying something else (Claude Code loads an agent's file as it
     loads the main transcript: a map by uuid, the last line set)."""
     inherited: set[int] = set()
@@ -447,13 +451,14 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         at = task_line(path) if split is not None else None
         off = split is not None and at is not None and at in split.skip  # its Task call was rewound
         conv = _FileConverter(ctx, meta, report, shared, sid, path, primary=False, rewritten=sub_rewritten.get(path),
-                              inherited=inherited)
+                              inherited=inherited, snapshot=snapshots.get(path))
         yield from conv.run(_none if off else None)
+
+    subs = [(_first_time(path, snapshots.get(path)), path) for path in files[1:]]
 
     def records() -> Iterator[Slot]:
         if not files:
             return
-        subs = [(_first_time(path), path) for path in files[1:]]
         yield from merge_in_time(primary(), [(start, functools.partial(subagent, path)) for start, path in subs])
 
     if split is None and not rewritten and not sub_rewritten:
@@ -490,12 +495,12 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
             if at is not None and at not in lines.members:
                 return  # started on another branch (the live one after this one left it, or another abandoned one)
             for slot in _FileConverter(ctx, bmeta, scratch, bshared, sid, path, primary=False,
-                                       rewritten=sub_rewritten.get(path), inherited=inherited).run():
+                                       rewritten=sub_rewritten.get(path), inherited=inherited,
+                                       snapshot=snapshots.get(path)).run():
                 if not own and (lines.cutoff is None or slot.record.get("createdAt", EPOCH_STAMP) >= lines.cutoff):
                     return
                 yield slot
 
-        subs = [(_first_time(path), path) for path in files[1:]]
         merged = merge_in_time(main(), [(start, functools.partial(sub, path)) for start, path in subs])
         return list(finalize(merged, scratch, ctx.limits))
 
@@ -950,7 +955,28 @@ is not followed: each such line stays a message of its own, as before. On a 28.8
 85 ms of CPU parsing every line with a uuid, 52 ms so (reading its lines alone: 30 ms)."""
 
 
-def _scan_rewrites(path: Path, limits: ImportLimits, uuids: set[int]) -> Rewritten:
+MAX_SNAPSHOT_BYTES = 64 << 20
+"""Bytes of a session's subagent files held in memory so that each is read from the disk once (:func:`_snapshots`):
+the rewrites scan, the first time stamp, the live conversion and each abandoned branch's conversion read it."""
+
+
+def _snapshots(paths: Collection[Path]) -> dict[Path, Snapshot]:
+    """The subagent files read once each, in order, while they fit :data:`MAX_SNAPSHOT_BYTES` together (a file past
+    it, or one that cannot be read, is left to the passes: each reads it, and the conversion reports the error)."""
+    out: dict[Path, Snapshot] = {}
+    room = MAX_SNAPSHOT_BYTES
+    for path in paths:
+        try:
+            snap = read_snapshot(path, room)
+        except OSError:
+            continue
+        if snap is not None:
+            out[path] = snap
+            room -= len(snap.data)
+    return out
+
+
+def _scan_rewrites(path: Path, limits: ImportLimits, uuids: set[int], snapshot: Snapshot | None = None) -> Rewritten:
     """A subagent file's uuids written again saying something else (:class:`_Rewrites`): Claude Code loads an
     agent's transcript as it loads the main one (``getAgentTranscript``: ``loadTranscriptFile``, a map by uuid),
     so the last line set is the message. Empty when the file cannot be read (the conversion says why). The uuids
@@ -958,7 +984,7 @@ def _scan_rewrites(path: Path, limits: ImportLimits, uuids: set[int]) -> Rewritt
     found: dict[int, tuple[int, int, int]] = {}
     side = _Rewrites(path, min(limits.max_tracked_ids, MAX_TREE_RECORDS), found)
     try:
-        for line in LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk):
+        for line in LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk, snapshot=snapshot):
             if line.data is None or not _MESSAGE_MARK.search(line.data) or b'"uuid"' not in line.data:
                 continue
             rec = parse_object(line.data)
@@ -1059,9 +1085,9 @@ def _agent_id(path: Path) -> str | None:
     return peek_field(path, ("agentId",))
 
 
-def _first_time(path: Path) -> str:
+def _first_time(path: Path, snapshot: Snapshot | None = None) -> str:
     """The canonical stamp of a subagent file's first timestamp ("" when it has none: it goes first)."""
-    ms = to_ms(peek_field(path, ("timestamp",)))
+    ms = to_ms(peek_field(path, ("timestamp",), snapshot=snapshot))
     return stamp(ms) if ms is not None else ""
 
 
@@ -1108,7 +1134,7 @@ def _learn_agents(rec: Mapping[str, Any], offset: int, shared: _Shared) -> None:
 class _FileConverter:
     def __init__(self, ctx: ParseContext, meta: SessionMeta, report: SessionReport, shared: _Shared, sid: str,
                  path: Path, *, primary: bool, rewritten: Rewritten | None = None,
-                 inherited: Collection[int] = (), home: str | None = None) -> None:
+                 inherited: Collection[int] = (), home: str | None = None, snapshot: Snapshot | None = None) -> None:
         self.ctx, self.meta, self.report, self.shared, self.sid, self.path = ctx, meta, report, shared, sid, path
         self.primary = primary
         self.inherited = inherited
@@ -1142,6 +1168,8 @@ class _FileConverter:
         include, until the next cost-state."""
         self.parsed_lines = 0
         self.home = home
+        self.snapshot = snapshot
+        """The file's bytes as :func:`_snapshots` read them (None: read from the disk)."""
         """A copy's project folder name (:func:`_copy_name`): the session's project is the first ``cwd`` that
         folder names (the directory Claude Code went on in), not the copied lines' (None once seen)."""
 
@@ -1151,7 +1179,7 @@ class _FileConverter:
         """``select``: the lines of one branch (:class:`_Split`, :class:`_Lines`), the others only counted;
         ``unparsed``: lines not even parsed (another branch's, in a branch's conversion)."""
         reader = LineReader(self.path, max_line_bytes=self.ctx.limits.max_line_bytes, chunk=self.ctx.limits.read_chunk,
-                            end=end, mark=self.ctx.mark(self.path))
+                            end=end, mark=self.ctx.mark(self.path), snapshot=self.snapshot)
         for line in reader:
             self.file.lines += 1
             if line.data is None:

@@ -5,17 +5,19 @@ line is skipped without being held (its bytes are still hashed), and an
 incomplete last line is left unconsumed. A last line without its newline that is
 one complete JSON object is a complete line (its writer or an editor dropped the
 newline: a prefix of a line never parses as a whole object), as the native pi view
-reads it; a UTF-8 byte order mark before the first line is not part of it.
+reads it; a UTF-8 byte order mark before the first line is not part of it. A file that several passes read
+(a Claude Code subagent file) may be read once into a bounded :class:`Snapshot` the passes share.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,8 @@ import orjson
 
 from store.interchange.importers.report import FileReport
 
-__all__ = ["PEEK_CHUNK", "Line", "LineReader", "file_report", "lines_of", "open_source", "parse_counted",
-           "parse_object", "peek_field", "read_json_file"]
+__all__ = ["PEEK_CHUNK", "Line", "LineReader", "Snapshot", "file_report", "lines_of", "open_source", "parse_counted",
+           "parse_object", "peek_field", "read_json_file", "read_snapshot"]
 
 
 
@@ -72,8 +74,10 @@ class LineReader:
 
     def __init__(self, path: Path, *, max_line_bytes: int, chunk: int = 1 << 20, start: int = 0,
                  end: int | None = None, unterminated_last_line: bool = True, mark: int | None = None,
-                 digest: bool = True) -> None:
+                 digest: bool = True, snapshot: Snapshot | None = None) -> None:
         self.path = path
+        self.snapshot = snapshot
+        """The file's bytes as one earlier read took them (:func:`read_snapshot`): read from memory, not the disk."""
         self.unterminated_last_line = unterminated_last_line
         """A last line without its newline that parses as one JSON object is read (sources); the host's
         own files say False: there such a line is a torn tail."""
@@ -124,17 +128,29 @@ class LineReader:
         self._hashed = end
 
     def __iter__(self) -> Iterator[Line]:
+        if self.snapshot is not None:
+            data = self.snapshot.data
+            self.size, self.mtime_ns = len(data), self.snapshot.mtime_ns
+            at = [self.start]
+
+            def take(want: int) -> bytes:
+                piece = data[at[0]:at[0] + want]
+                at[0] += len(piece)
+                return piece
+
+            yield from self._lines(take)
+            return
         fd = open_source(self.path)
         try:
             st = os.fstat(fd)
             self.size, self.mtime_ns = st.st_size, st.st_mtime_ns
             if self.start:
                 os.lseek(fd, self.start, os.SEEK_SET)
-            yield from self._lines(fd)
+            yield from self._lines(functools.partial(os.read, fd))
         finally:
             os.close(fd)
 
-    def _lines(self, fd: int) -> Iterator[Line]:
+    def _lines(self, read: Callable[[int], bytes]) -> Iterator[Line]:
         pending = bytearray()  # the current partial line (when not skipping)
         skipping = False  # the current line is over the limit: its bytes are hashed, not held
         skip_hash: Any = None  # the digest as it was where the skipped line began
@@ -142,7 +158,7 @@ class LineReader:
         pos = self.start
         while True:
             want = self.chunk if self.end is None else min(self.chunk, self.end - pos)
-            chunk = os.read(fd, want) if want > 0 else b""
+            chunk = read(want) if want > 0 else b""
             if not chunk:
                 break
             start = 0
@@ -257,6 +273,34 @@ def _parse(data: bytes) -> tuple[dict[str, Any] | None, bool]:
     return (value, False) if isinstance(value, dict) else (None, False)
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """A source file's bytes and modification time, read once for several passes over it."""
+
+    data: bytes
+    mtime_ns: int
+
+
+def read_snapshot(path: Path, max_bytes: int) -> Snapshot | None:
+    """The bytes of ``path`` read once (:func:`open_source`), for passes that would each read it again; None when
+    it holds more than ``max_bytes`` (the passes then read the file, each its own time). Raises OSError."""
+    fd = open_source(path)
+    try:
+        st = os.fstat(fd)
+        if st.st_size > max_bytes:
+            return None
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > max_bytes:
+                return None
+            chunks.append(chunk)
+        return Snapshot(b"".join(chunks), st.st_mtime_ns)
+    finally:
+        os.close(fd)
+
+
 def file_report(reader: LineReader, report: FileReport) -> None:
     report.size = reader.size
     report.consumed = reader.consumed
@@ -289,10 +333,11 @@ PEEK_CHUNK = 1 << 13
 read up to 64 KiB of a file that a parse reads in full again)."""
 
 
-def peek_field(path: Path, keys: tuple[str, ...], *, max_lines: int = 64, max_bytes: int = 8 << 20) -> str | None:
+def peek_field(path: Path, keys: tuple[str, ...], *, max_lines: int = 64, max_bytes: int = 8 << 20,
+               snapshot: Snapshot | None = None) -> str | None:
     """The first string value of one of ``keys`` in the first lines of a JSONL file (bounded)."""
     try:
-        reader = LineReader(path, max_line_bytes=max_bytes, chunk=PEEK_CHUNK, digest=False)
+        reader = LineReader(path, max_line_bytes=max_bytes, chunk=PEEK_CHUNK, digest=False, snapshot=snapshot)
         for n, line in enumerate(reader):
             if n >= max_lines:
                 break
