@@ -78,8 +78,9 @@ SHOWN_UNKNOWN_KINDS = 8
 
 
 def render_summary(result: dict[str, Any], *, hint: str | None = None) -> str:
-    """Refusals one per line, then the counts: sessions by outcome, new (and parsed) messages, messages
-    hidden because they left the source's branch, record kinds the importer did not know; ``hint`` last."""
+    """Refusals one per line, then the counts: sessions by outcome, new messages (and those the sessions read hold
+    from their sources: the result's ``messages``, which are not the source records parsed), messages hidden
+    because they left the source's branch, record kinds the importer did not know; ``hint`` last."""
     lines = []
     for rep in result.get("sessions", []):
         if rep.get("status") == "refused":
@@ -89,11 +90,11 @@ def render_summary(result: dict[str, Any], *, hint: str | None = None) -> str:
     shown = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing found"
     dry = bool(result.get("dryRun"))
     verb = "would import" if dry else "imported"
-    parsed = int(result.get("messages", 0))
-    new = int(result.get("newMessages", parsed))
+    held = int(result.get("messages", 0))
+    new = int(result.get("newMessages", held))
     added = "would be new" if dry else "new"
     lines.append(f"{verb} {result.get('total', 0)} session(s) from {result.get('root')}: {shown}; "
-                 f"{new} messages {added} ({parsed} parsed), {_mb(int(result.get('sourceBytes', 0)))} read")
+                 f"{new} messages {added} ({held} in the sessions read), {_mb(int(result.get('sourceBytes', 0)))} read")
     hidden = int(result.get("hiddenOffBranch", 0))
     if hidden:
         lines.append(f"{hidden} message(s) {'would be' if dry else 'were'} hidden: they are no longer on the "

@@ -83,6 +83,7 @@ from store.interchange.importers.common import (
     SessionMeta,
     SessionReport,
     SourceUnit,
+    attachment_tally,
     join_id,
     stamp,
     tool_tally,
@@ -673,10 +674,11 @@ def _writable(records: Iterable[dict[str, Any]], report: SessionReport) -> Itera
     replacement line, which the counts never counted on its own). The report's ``tool_calls`` /
     ``tool_results`` are counted here, from the lines written (:func:`tool_tally` of each id's last line, the
     one readers keep): a call left out, or a second line of a call (its result, a repeat of the same call id),
-    is what the session holds, once."""
+    is what the session holds, once; so is ``attachments`` (:func:`attachment_tally`)."""
     written: set[tuple[Any, str]] = set()
     left_out: dict[tuple[Any, str], dict[str, Any]] = {}  # the first (the counted) record of an id left out
     tools: dict[tuple[Any, str], tuple[int, int]] = {}  # tool_tally of the last line written of an id holding calls
+    attachments: dict[tuple[Any, str], int] = {}  # attachment_tally of the last line written of an id holding some
     for record in records:
         rid = record.get("id")
         key = (record.get("type"), rid) if isinstance(rid, str) else None
@@ -693,11 +695,15 @@ def _writable(records: Iterable[dict[str, Any]], report: SessionReport) -> Itera
             tally = tool_tally(record)
             if tally != (0, 0) or key in tools:
                 tools[key] = tally
+            held = attachment_tally(record)
+            if held or key in attachments:
+                attachments[key] = held
         yield record, line
     for record in left_out.values():
         uncount_output(report, record)
     report.tool_calls = sum(calls for calls, _ in tools.values())
     report.tool_results = sum(results for _, results in tools.values())
+    report.attachments = sum(attachments.values())
 
 
 def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, staged: StagedImport, spans: Spans,

@@ -159,6 +159,6 @@ def test_a_missing_root_an_absent_tool_and_another_tools_folder_are_one_clear_li
         in wrong.stdout
     right = cli(host.data_dir, "import", "codex", sessions)
     assert right.returncode == 0 and "1 new" in right.stdout and "hint" not in right.stdout
-    assert "2 messages new (2 parsed)" in right.stdout
+    assert "2 messages new (2 in the sessions read)" in right.stdout
     again = cli(host.data_dir, "import", "codex", sessions)
     assert "1 unchanged" in again.stdout and "0 messages new" in again.stdout

@@ -236,3 +236,64 @@ async def test_new_records_count_messages_and_checkpoints_not_tombstones(tmp_pat
             assert (grown["status"], grown["newMessages"], grown["newRecords"]) == ("updated", 2, 2), grown
             page = await c.call("session.get", {"sessionId": grown["sessionId"]})
             assert [bool(m.get("deleted")) for m in page["messages"]] == [False, False, True, False]
+
+
+def _attachment_blocks(value: Any) -> int:
+    """Attachment blocks in a message's blocks, those in a tool call's result included."""
+    n = 0
+    for block in value if isinstance(value, list) else ():
+        if isinstance(block, dict) and block.get("type") == "attachment":
+            n += 1
+        elif isinstance(block, dict) and block.get("type") == "tool_call":
+            n += _attachment_blocks(block.get("result"))
+    return n
+
+
+async def test_a_pi_host_export_counts_the_attachments_and_unpaired_calls_the_session_holds(tmp_path: Path) -> None:
+    """A real export of this host: a prompt with an image, a call answered, a call never answered. Its lines are
+    then written as a transcript that went on holds them (a call's line before its result's, an unanswered call's
+    line twice: ``store.interchange.import_write`` reads the last line of an id as the message).
+
+    Reproduces: ``attachments`` counted the attachments an importer read inline (0 for an export, whose blobs come
+    with it, though the session holds one); ``unpairedToolCalls`` counted every line of a call without its result
+    (3: the answered call's earlier line and the unanswered call's two lines, for a session holding 1)."""
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    call = {"type": "tool_call", "callId": "c1", "name": "bash", "args": {"command": "ls"}}
+    with trio.fail_after(120):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "importer", "ui") as c:
+            sid = str((await c.call("session.create", {}))["id"])
+            put = await c.call("attachments.put", {"name": "dot.png", "mimeType": "image/png", "dataBase64": png})
+            image = {"type": "attachment", "kind": "image", "name": "dot.png", "ref": put["ref"],
+                     "mimeType": "image/png", "size": put["size"]}
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                "u0", "", blocks=[{"type": "text", "text": "what is this?"}, image])})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                "t1", "", role="tool", blocks=[{**call, "result": "a b", "status": "ok"}])})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                "t2", "", role="tool", blocks=[{**call, "callId": "c2"}])})
+            export = await export_of(c, sid, tmp_path / "export.jsonl")
+            lines = export.read_bytes().splitlines(keepends=True)
+            out = []
+            for line in lines:
+                rec = json.loads(line)
+                if rec.get("type") == "message" and rec.get("id") == "t1":  # its call written before its result
+                    first = {**rec, "blocks": [{k: v for k, v in rec["blocks"][0].items()
+                                                if k not in ("result", "status")}]}
+                    out.append(json.dumps(first).encode() + b"\n")
+                out.append(line)
+                if rec.get("type") == "message" and rec.get("id") == "t2":  # written again as it was
+                    out.append(line)
+            src = tmp_path / "src" / export.name
+            src.parent.mkdir()
+            src.write_bytes(b"".join(out))
+            for name in (p.name for p in export.parent.iterdir() if p.is_dir() and p.name.startswith("export")):
+                shutil.copytree(export.parent / name, src.parent / name)
+            result = await c.call("import.sessions", {"source": "pi-host", "root": str(src.parent)})
+            [rep] = result["sessions"]
+            assert rep["status"] == "new", rep
+            got = await c.call("session.get", {"sessionId": rep["sessionId"], "full": True})
+            held_attachments = sum(_attachment_blocks(m["blocks"]) for m in got["messages"])
+            unanswered = sum(1 for m in got["messages"] for b in m["blocks"]
+                             if b["type"] == "tool_call" and "result" not in b)
+            assert (held_attachments, unanswered) == (1, 1)
+            assert (rep["attachments"], rep["unpairedToolCalls"]) == (1, 1), rep

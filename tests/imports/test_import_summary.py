@@ -12,12 +12,14 @@ CONV = [gen.User("hello"), gen.Response((("text", "hi"),), ())]
 
 
 def test_summary_counts_new_messages_apart_from_parsed_ones_and_names_hidden_and_unknown() -> None:
-    """Reproduces: "N messages" counted parsed messages, and unknown kinds and hidden messages went unmentioned."""
+    """Reproduces: "N messages" counted parsed messages, and unknown kinds and hidden messages went unmentioned;
+    then the messages the sessions hold were called "parsed" (they are what the sessions hold from their sources:
+    a record read twice, or left out, is not one more)."""
     result = {"root": "/r", "total": 2, "counts": {"updated": 1, "unchanged": 1}, "messages": 40,
               "newMessages": 3, "hiddenOffBranch": 2, "unknownKinds": {"world_state": 4, "x": 1},
               "sourceBytes": 0}
     text = render_summary(result)
-    assert "imported 2 session(s) from /r: 1 updated, 1 unchanged; 3 messages new (40 parsed)" in text
+    assert "imported 2 session(s) from /r: 1 updated, 1 unchanged; 3 messages new (40 in the sessions read)" in text
     assert "2 message(s) were hidden: they are no longer on the source's current branch" in text
     assert "skipped record kinds this importer does not know: world_state ×4, x ×1" in text
     quiet = render_summary({**result, "hiddenOffBranch": 0, "unknownKinds": {}})
@@ -79,5 +81,5 @@ def test_an_empty_folder_hints_where_the_tool_keeps_its_sessions(tmp_path: Path)
     text = render_summary({"root": "/r", "total": 0, "counts": {}, "messages": 0, "sourceBytes": 0},
                           hint=nothing_found_hint("pi", "/r", "/home/u/.pi/agent/sessions"))
     assert text.splitlines() == [
-        "imported 0 session(s) from /r: nothing found; 0 messages new (0 parsed), 0.0 MB read",
+        "imported 0 session(s) from /r: nothing found; 0 messages new (0 in the sessions read), 0.0 MB read",
         "hint: no pi sessions in /r; pi keeps them in /home/u/.pi/agent/sessions"]

@@ -677,7 +677,6 @@ class _Converter:
             self.report.skipped_blocks["image(bad base64)"] += 1
             return None
         blob = self.ctx.blobs.add(data, match.group(1), msg_id)
-        self.report.attachments += 1
         return {"type": "attachment", "kind": "image", "name": name, "ref": blob.ref, "mimeType": blob.mime_type,
                 "size": blob.size}
 
@@ -699,7 +698,6 @@ class _Converter:
             return
         group = self.group_slot(msg_id, ts, length)
         blob = self.ctx.blobs.add(raw, mime, group.record["id"])
-        self.report.attachments += 1
         group.record["blocks"].append({"type": "attachment", "kind": "image", "name": "generated-image",
                                        "ref": blob.ref, "mimeType": blob.mime_type, "size": blob.size})
 

@@ -89,6 +89,7 @@ __all__ = [
     "session_id_for",
     "stamp",
     "tool_tally",
+    "attachment_tally",
     "uncount_output",
 ]
 
@@ -356,7 +357,6 @@ def bytes_attachment(ctx: ParseContext, report: SessionReport, data: bytes, mime
     """An attachment block for bytes a source holds inline (they go to the blob sink)."""
     mime_type = mime if isinstance(mime, str) and mime and len(mime) <= 100 else "application/octet-stream"
     blob = ctx.blobs.add(data, mime_type, message_id)
-    report.attachments += 1
     return {"type": "attachment", "kind": kind, "name": name, "ref": blob.ref, "mimeType": mime_type,
             "size": blob.size}
 
@@ -607,6 +607,22 @@ def uncount_output(report: SessionReport, record: Mapping[str, Any]) -> None:
     """Take back the tally of a record the transcript writer could not write (left out, counted in
     ``skippedBlocks``): the report's message counts say what the session holds."""
     count_output(report, record, by=-1)
+
+
+def attachment_tally(record: Mapping[str, Any]) -> int:
+    """The attachment blocks one transcript line holds: a message's, those in a tool call's result included. The
+    import writer sums them over the last line of each id it writes, as :func:`tool_tally`: the report's
+    ``attachments`` say what the session holds, once, not what the importer read (a line converted and left out,
+    a message written again)."""
+    if record.get("type") != "message":
+        return 0
+    n = 0
+    for block in record.get("blocks") or ():
+        if block.get("type") == "attachment":
+            n += 1
+        elif block.get("type") == "tool_call" and isinstance(block.get("result"), list):
+            n += sum(isinstance(b, Mapping) and b.get("type") == "attachment" for b in block["result"])
+    return n
 
 
 def tool_tally(record: Mapping[str, Any]) -> tuple[int, int]:

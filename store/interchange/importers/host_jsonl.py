@@ -110,6 +110,7 @@ def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, c
            hidden: frozenset[str], seen: set[str], sid: str, meta: SessionMeta, report: SessionReport,
            ctx: ParseContext, archived: Archived, turns: dict[str, dict[str, Any]]) -> Iterator[Slot]:
     header_seen = False
+    unpaired: dict[str, int] = {}  # message id -> calls without their result in its last line (one counting several)
     for line in reader:
         file.lines += 1
         if line.data is None:
@@ -141,7 +142,7 @@ def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, c
                 active = stamp_of(out).active
                 if active is not None:
                     archived.active[family_of(out)] = active
-            _tally_unpaired(report, out)
+            _tally_unpaired(unpaired, out)
             carried.referenced(_unmarked(out))
             emitter.push(out, replacement=replacement)
             if _withheld(rec):  # tombstoned on the first host: the copy holds it tombstoned (written once)
@@ -192,6 +193,7 @@ def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, c
     if not header_seen:
         raise Refused("NOT_A_SESSION_FILE", f"{path} has no pi-host session header")
     carried.close()
+    report.unpaired_tool_calls = sum(unpaired.values())
     yield from emitter.finish()
     file_report(reader, file)
 
@@ -362,12 +364,13 @@ def _turn(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
     return out
 
 
-def _tally_unpaired(report: SessionReport, rec: Mapping[str, Any]) -> None:
-    """The export's calls without their result (``toolCalls`` / ``toolResults`` are counted from the lines
-    the import writes: ``store.interchange.importers.common.tool_tally``)."""
-    for block in rec.get("blocks") or ():
-        if block.get("type") == "tool_call" and "result" not in block:
-            report.unpaired_tool_calls += 1
+def _tally_unpaired(unpaired: dict[str, int], rec: Mapping[str, Any]) -> None:
+    """The export's calls without their result in ``rec``, the latest line of its message: a call's line before
+    the line holding its result, or written again, is one message (``toolCalls`` / ``toolResults`` are counted
+    from the lines the import writes: ``store.interchange.importers.common.tool_tally``)."""
+    n = sum(1 for block in rec.get("blocks") or () if block.get("type") == "tool_call" and "result" not in block)
+    if n or rec["id"] in unpaired:
+        unpaired[rec["id"]] = n
 
 
 def _compaction(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:

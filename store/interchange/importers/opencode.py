@@ -464,12 +464,10 @@ class _Converter:
                 self.report.skipped_blocks["file(bad base64)"] += 1
                 return None
             blob = self.ctx.blobs.add(data, match.group(1), msg_id)
-            self.report.attachments += 1
             return {"type": "attachment", "kind": kind, "name": name, "ref": blob.ref, "mimeType": blob.mime_type,
                     "size": blob.size}
         parsed = urlparse(url)
         if parsed.scheme == "file" and parsed.path.startswith("/"):
-            self.report.attachments += 1
             return {"type": "attachment", "kind": kind, "name": name, "ref": unquote(parsed.path), "mimeType": mime}
         self.report.skipped_blocks[f"file({parsed.scheme or 'relative'})"] += 1
         return None

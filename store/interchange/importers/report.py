@@ -87,6 +87,8 @@ class SessionReport:
     attributed: int = 0
     """Subagent / sidechain rows (meta.parentToolCallId / meta.agentName)."""
     attachments: int = 0
+    """Attachment blocks the session holds from the source (each message's last line written, tool results
+    included): counted by the writer (``common.attachment_tally``), as ``tool_calls`` is."""
     replay_dropped: int = 0
     forced_flushes: int = 0
     off_branch: int = 0
