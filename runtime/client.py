@@ -31,6 +31,7 @@ import trio
 from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, wrap_client_stream
 
 from protocol.jsonrpc import loads_large
+from protocol.unsendable import describe, unsendable
 from store.rules import MAX_JSON_DEPTH
 
 __all__ = [
@@ -153,6 +154,47 @@ class _Slot:
         return self._response
 
 
+def _encode(payload: Any) -> str:
+    """A request (or a batch of them) as the text of one frame, or an :class:`RpcError` and nothing sent: params
+    that hold what JSON cannot carry are refused as ``pihost_client`` refuses them (``INVALID_PARAMS``, ``data.sent``
+    false, ``data.errors`` saying where; the check both share, :mod:`protocol.unsendable`), nesting past what orjson
+    writes as ``PARSE_ERROR``. orjson writes NaN and ±Infinity as ``null``, so a frame holding ``null`` has its
+    params looked into for one; what orjson has no form for but JSON has (an integer key, an integer past 64 bits)
+    is written by the standard encoder."""
+    try:
+        frame = orjson.dumps(payload)
+    except orjson.JSONEncodeError as exc:
+        if "Recursion limit" in str(exc):
+            # orjson writes 254 levels at most: deeper never leaves (the host refuses past MAX_JSON_DEPTH anyway;
+            # this client sends up to 254 so tests can see the host's own answer)
+            raise RpcError(-32700, "PARSE_ERROR",
+                           f"the request nests deeper than this client's encoder writes (254 levels; the host refuses "
+                           f"more than {MAX_JSON_DEPTH} containers, the request object being level 1); nothing was "
+                           "sent", {"code": "PARSE_ERROR", "retriable": False, "maxDepth": MAX_JSON_DEPTH,
+                                    "sent": False}) from None
+        _refuse_unsendable(payload, non_finite_only=False)
+        try:
+            return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+        except (ValueError, TypeError) as stdlib_exc:  # found nothing to name: say what the encoders said
+            raise RpcError(-32602, "INVALID_PARAMS", f"the request holds a value the encoder refused ({exc}; "
+                           f"{stdlib_exc}), which JSON cannot carry; nothing was sent",
+                           {"code": "INVALID_PARAMS", "retriable": False, "sent": False}) from None
+    if b"null" in frame:
+        _refuse_unsendable(payload, non_finite_only=True)
+    return frame.decode("utf-8")
+
+
+def _refuse_unsendable(payload: Any, *, non_finite_only: bool) -> None:
+    """The ``INVALID_PARAMS`` refusal of the first request in ``payload`` (one, or a batch) whose params hold
+    what JSON cannot carry (only NaN and ±Infinity when ``non_finite_only``); nothing when none does."""
+    for request in payload if isinstance(payload, list) else [payload]:
+        if isinstance(request, dict) and "params" in request:
+            found = unsendable(request["params"], non_finite_only=non_finite_only)
+            if found is not None:
+                message, data = describe(str(request.get("method")), *found)
+                raise RpcError(-32602, "INVALID_PARAMS", message, data)
+
+
 def _unwrap(response: dict[str, Any]) -> Any:
     if "error" in response:
         raise RpcError.from_wire(response["error"])
@@ -182,18 +224,7 @@ class HostClient:
     async def _send(self, payload: Any) -> None:
         if self._closed is not None:
             raise self._closed
-        try:
-            frame = orjson.dumps(payload).decode("utf-8")
-        except orjson.JSONEncodeError as exc:
-            if "Recursion limit" not in str(exc):
-                raise
-            # orjson writes 254 levels at most: deeper never leaves (the host refuses past MAX_JSON_DEPTH anyway;
-            # this client sends up to 254 so tests can see the host's own answer)
-            raise RpcError(-32700, "PARSE_ERROR",
-                           f"the request nests deeper than this client's encoder writes (254 levels; the host refuses "
-                           f"more than {MAX_JSON_DEPTH} containers, the request object being level 1); nothing was "
-                           "sent", {"code": "PARSE_ERROR", "retriable": False, "maxDepth": MAX_JSON_DEPTH,
-                                    "sent": False}) from None
+        frame = _encode(payload)
         try:
             await self._ws.send_message(frame)
         except ConnectionClosed as exc:

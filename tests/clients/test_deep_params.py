@@ -3,7 +3,7 @@ code the host gives them (``PARSE_ERROR``, protocol/README "JSON input must be s
 on: ``pihost_client`` at the host's own limit (``MAX_JSON_DEPTH`` containers, the request object being level 1;
 its encoder raised a bare ``RecursionError`` past ~1000 levels), the host's own ``HostClient`` past what orjson
 writes (254 levels: it raised orjson's bare ``TypeError``; up to there it sends, so tests see the host's answer).
-Params JSON cannot carry (NaN, a set, bytes) are refused by ``pihost_client`` before sending too, as
+Params JSON cannot carry (NaN, a set, bytes) are refused by both before sending too (one shared check), as
 ``INVALID_PARAMS``."""
 
 from __future__ import annotations
@@ -138,3 +138,42 @@ async def test_params_json_cannot_carry_are_refused_before_sending(tmp_path: Pat
     finally:
         if not stopped:
             stop(host)
+
+
+async def test_the_hosts_own_client_refuses_what_json_cannot_carry(tmp_path: Path) -> None:
+    """The host's ``HostClient`` (the CLI's and the tests') refuses the same params with the same error as
+    ``pihost_client`` (the one shared check): orjson wrote NaN and ±Infinity as ``null`` (the host got another
+    value than the caller's) and raised its bare ``TypeError`` for a set, bytes or a tuple key. Nothing is sent;
+    a batch holding one such request is refused whole; ``subscribe`` runs the same check; values orjson has no
+    form for but JSON has (an integer key, an integer past 64 bits) are still sent, and the connection goes on."""
+    host = await trio.to_thread.run_sync(start_host_process, tmp_path)
+    try:
+        with trio.fail_after(60):
+            async with open_client(host.url, host.token, client_id="unsendable-raw") as raw:
+                for params, named, loc in UNSENDABLE:
+                    with pytest.raises(HostRpcError) as refused:
+                        await raw.call("session.list", params)
+                    err = refused.value
+                    assert err.data_code == "INVALID_PARAMS" and err.code == -32602 and not err.retriable, named
+                    assert err.data["sent"] is False, named
+                    said = f"session.list: params hold {named}, which JSON cannot carry; nothing was sent"
+                    assert err.message == said
+                    assert [e["loc"] for e in err.data["errors"]] == [loc], err.data
+                with pytest.raises(HostRpcError) as batch:
+                    await raw.batch([("session.list", {}), ("settings.get", {"ns": "ui", "key": float("nan")})])
+                assert batch.value.data["sent"] is False
+                assert batch.value.message.startswith("settings.get: params hold NaN at params.key")
+                with pytest.raises(HostRpcError) as notified:
+                    await raw.notify("session.list", {"x": {1, 2}})
+                assert notified.value.data["sent"] is False and "a set at params.x" in notified.value.message
+                with pytest.raises(HostRpcError) as subscribed:
+                    await raw.subscribe(["session.message"], cursor=float("inf"))  # type: ignore[arg-type]
+                assert subscribed.value.message.startswith("events.subscribe: params hold Infinity at params.cursor")
+                for carried in ({"x": {1: "int key"}}, {"x": 2**70}):  # orjson refuses these; JSON carries them
+                    with pytest.raises(HostRpcError) as answered:
+                        await raw.call("session.list", carried)
+                    assert "sent" not in answered.value.data, carried  # the host's answer (unknown key; too big)
+                assert (await raw.call("session.list", {}))["sessions"] == []  # the connection goes on
+    finally:
+        stop(host)
+

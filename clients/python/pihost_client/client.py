@@ -80,6 +80,7 @@ import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._generated import MAX_JSON_DEPTH, MUTATING, PROTOCOL_VERSION, RETRIABLE_CODES, GeneratedMethods
+from ._unsendable import describe, unsendable
 from ._ws import HandshakeRefused, WebSocket, WebSocketClosed, connect_websocket
 from .errors import CallTimeout, ConnectionLost, HostNotRunning, HostRefused, HostUnavailable
 from .hostinfo import HostInfo, read_host_info
@@ -761,61 +762,15 @@ def _encode_params(method: str, params: dict[str, Any]) -> _Encoded:
     saying where) when they hold what JSON cannot carry: NaN or ±Infinity (strict JSON has no such number: the
     host refuses the frame), or a value JSON has no form for (a set, bytes, any other object; a key that is no
     string, number, boolean or None). Nothing is sent; the connection, and a retry-safe write's ``submissionId``
-    (never sent), stay as they were. Only a failed encode looks for where (:func:`_unsendable`): a call whose
-    params encode pays nothing more than the one encode every try used to repeat."""
+    (never sent), stay as they were. Only a failed encode looks for where (:func:`unsendable`, the check the
+    host's own client shares), after :func:`_refuse_too_deep` (no cycle, a bounded depth): a call whose params
+    encode pays nothing more than the one encode every try used to repeat."""
     try:
         return _Encoded(json.dumps(params, ensure_ascii=False, allow_nan=False))
     except (ValueError, TypeError) as exc:
-        found = _unsendable(params)
-        what, loc = found if found is not None else (f"a value the encoder refused ({exc})", [])
-        where = "params" + "".join(f"[{part}]" if isinstance(part, int)
-                                   else f".{part}" if part.isidentifier() else f"[{json.dumps(part)}]"
-                                   for part in loc)
-        message = f"{method}: params hold {what} at {where}, which JSON cannot carry; nothing was sent"
-        errors = [{"loc": ".".join(str(part) for part in loc), "msg": f"{what}, which JSON cannot carry",
-                   "type": "json_invalid"}]
-        raise RpcError(-32602, "INVALID_PARAMS", message,
-                       {"code": "INVALID_PARAMS", "retriable": False, "sent": False, "errors": errors}) from None
-
-
-_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
-def _unsendable(params: dict[str, Any]) -> tuple[str, list[str | int]] | None:
-    """The first value, in the encoder's order, that JSON cannot carry: what it is ("NaN", "a set", "a key of
-    type tuple") and where (the keys and indexes from ``params``; a key's is its object's). Run only after the
-    encoder refused ``params``, which :func:`_refuse_too_deep` checked first: no cycle, a bounded depth."""
-    stack: list[tuple[Any, list[str | int], bool]] = [(params, [], False)]  # (value, where, is a key)
-    while stack:
-        value, loc, is_key = stack.pop()
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                said = _NON_FINITE[repr(float(value))]
-                return (f"a {said} key" if is_key else said), loc
-        elif is_key:
-            if not (value is None or isinstance(value, (str, int))):
-                return f"a key of type {type(value).__name__}", loc
-        elif isinstance(value, dict):
-            entries: list[tuple[Any, list[str | int], bool]] = []
-            for key, item in value.items():
-                entries += [(key, loc, True), (item, [*loc, _key_text(key)], False)]
-            stack.extend(reversed(entries))
-        elif isinstance(value, (list, tuple)):
-            stack.extend(reversed([(item, [*loc, index], False) for index, item in enumerate(value)]))
-        elif not (value is None or isinstance(value, (str, int))):
-            name = type(value).__name__
-            return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}", loc
-    return None
-
-
-def _key_text(key: Any) -> str:
-    """An object key as JSON writes it (a number, boolean or None becomes a string)."""
-    if isinstance(key, str):
-        return key
-    try:
-        return json.dumps(key)
-    except ValueError:  # a NaN key: refused when it is reached
-        return repr(key)
+        found = unsendable(params) or (f"a value the encoder refused ({exc})", [])
+        message, data = describe(method, *found)
+        raise RpcError(-32602, "INVALID_PARAMS", message, data) from None
 
 
 def _positive(name: str, value: float) -> float:

@@ -1,0 +1,1 @@
+../clients/python/pihost_client/_unsendable.py
