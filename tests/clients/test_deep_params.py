@@ -177,3 +177,33 @@ async def test_the_hosts_own_client_refuses_what_json_cannot_carry(tmp_path: Pat
     finally:
         stop(host)
 
+
+async def test_subscribe_params_go_through_the_same_check(tmp_path: Path) -> None:
+    """``pihost_client``'s ``subscribe()`` refuses topics or a session id JSON cannot carry as its calls do
+    (``INVALID_PARAMS``, ``data.sent`` false, naming ``events.subscribe`` and where): it raised the encoder's bare
+    ``ValueError`` / ``TypeError`` instead. Nothing is kept to resubscribe, and the connection goes on."""
+    host = await trio.to_thread.run_sync(start_host_process, tmp_path)
+    try:
+        with trio.fail_after(60):
+            async with connect(data_dir=tmp_path, client_id="unsendable-sub") as c:
+                bad: list[tuple[list[Any], Any, str]] = [
+                    ([float("nan")], None, "NaN at params.topics[0]"),
+                    (["session.message"], {"s"}, "a set at params.sessionId"),
+                ]
+                for topics, session_id, named in bad:
+                    with pytest.raises(RpcError) as refused:
+                        async with c.subscribe(topics, session_id=session_id):
+                            pass
+                    err = refused.value
+                    assert err.data_code == "INVALID_PARAMS" and err.data["sent"] is False, named
+                    assert err.message.startswith(f"events.subscribe: params hold {named}"), err.message
+                with pytest.raises(RpcError) as too_deep:
+                    async with c.subscribe(nest(MAX_JSON_DEPTH)):
+                        pass
+                assert too_deep.value.data_code == "PARSE_ERROR" and too_deep.value.data["sent"] is False
+                assert not c._subscriptions  # nothing left to resubscribe on a reconnect
+                assert c.connected and c.connects == 1
+                async with c.subscribe(["session.message"]) as events:
+                    assert events.wire_id is not None
+    finally:
+        stop(host)

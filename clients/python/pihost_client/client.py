@@ -298,6 +298,9 @@ class Subscription:
         self.cursor: int | None = None
         self.boot_id: str | None = None
         self.wire_id: str | None = None
+        params = self._params("")  # refused as a call's params are, before anything is sent or held
+        _refuse_too_deep("events.subscribe", params)
+        _encode_params("events.subscribe", params)
         self._send: MemoryObjectSendStream[Event | Resync]
         self._recv: MemoryObjectReceiveStream[Event | Resync]
         if buffer < 1:
@@ -699,7 +702,10 @@ class Client(GeneratedMethods):
 
     def subscribe(self, topics: Sequence[str], *, session_id: str | None = None,
                   buffer: int = 1024) -> _SubscribeContext:
-        """``async with client.subscribe([...]) as events: async for ev in events: ...``"""
+        """``async with client.subscribe([...]) as events: async for ev in events: ...``
+
+        Topics or a session id JSON cannot carry are refused here, before anything is sent, as a call's params
+        are (:func:`_refuse_too_deep`, :func:`_encode_params`)."""
         return _SubscribeContext(self, Subscription(self, topics, session_id, buffer))
 
     async def aclose(self) -> None:
