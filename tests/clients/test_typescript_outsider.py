@@ -385,6 +385,13 @@ def _with(node: Node, tag: str, method: str, path: list[str | int], make: str, *
     return node.seen(lambda x: x.get("kind") == "done" and x.get("tag") == tag, 20)
 
 
+def _subscribe_with(node: Node, place: str, make: str) -> Line:
+    """``subscribe`` with a value the harness makes (see :func:`_with`) as a topic, the session id or the cursor."""
+    tag = f"sub-{place}-{make}"
+    node.run("subscribeWith", tag=tag, place=place, value=make)
+    return node.seen(lambda x: x.get("kind") == "done" and x.get("tag") == tag, 20)
+
+
 MEMBER, ITEM = (["value", "w"], "params.value.w"), (["value", "list", 1], "params.value.list[1]")
 UNSENDABLE_TS = [
     # the value the harness makes, what the message names, where it is put
@@ -426,9 +433,13 @@ def test_params_json_cannot_carry_are_refused_before_sending(harness: Path, data
             done = _with(node, make, "settings.set", ["value", "w"], make, ns="ui", key="k", value={})
             assert done["dataCode"] == "PARSE_ERROR" and done["data"]["maxDepth"] == 64, done
             assert done["data"]["sent"] is False and "deeper than 64 containers" in done["error"], done
-        shallow = _call(node, "settings.set", ns="ui", key="k", value={"w": nest(70)})  # written: the host says
-        assert shallow.get("name") == "RpcError" and "PARSE_ERROR" in shallow["error"], shallow
-        assert "sent" not in shallow["data"], shallow
+        # what JSON.stringify writes but the host reads no deeper than 64 containers: refused here too
+        shallow = _call(node, "settings.set", ns="ui", key="k", value={"w": nest(70)})
+        assert shallow.get("name") == "RpcError" and shallow["dataCode"] == "PARSE_ERROR", shallow
+        assert shallow["data"]["sent"] is False and shallow["data"]["maxDepth"] == 64, shallow
+        assert "deeper than 64 containers" in shallow["error"], shallow
+        within = _call(node, "settings.set", ns="ui", key="k", value={"w": nest(60)})  # level 64: the host reads it
+        assert within.get("value", {}).get("value") == {"w": nest(60)}, within
         # nothing reached the host: the key was never used, so good params with it apply (not IDEMPOTENCY_CONFLICT)
         good = _call(node, "settings.set", ns="ui", key="k", value={"w": 1.5}, submissionId="ts-unsendable-1")
         assert good.get("value", {}).get("value") == {"w": 1.5}, good
@@ -439,6 +450,18 @@ def test_params_json_cannot_carry_are_refused_before_sending(harness: Path, data
         dated = _with(node, "date", "settings.set", ["value", "at"], "Date", ns="ui", key="k3", value={})
         assert dated.get("value", {}).get("value") == {"at": "1970-01-01T00:00:00.000Z"}, dated
         assert _call(node, "settings.get", ns="ui", key="k")["value"]["value"] == {"w": 1.5}
+        # subscribe() runs the same check: NaN as a cursor was written null (a subscription from the start), a
+        # Map as a session id {} (the host answered INVALID_PARAMS with no word of the Map)
+        for place, make, named, where in (("cursor", "NaN", "NaN", "params.cursor"),
+                                          ("topic", "Infinity", "Infinity", "params.topics[1]"),
+                                          ("sessionId", "Map", "a Map", "params.sessionId")):
+            done = _subscribe_with(node, place, make)
+            assert done.get("name") == "RpcError" and done["dataCode"] == "INVALID_PARAMS", done
+            assert done["data"]["sent"] is False, done
+            assert f"events.subscribe: params hold {named} at {where}, which JSON cannot carry" in done["error"], done
+        for make in ("deep70", "cycle"):
+            done = _subscribe_with(node, "sessionId", make)
+            assert done.get("dataCode") == "PARSE_ERROR" and done["data"]["sent"] is False, done
         assert node.run("pending") == {"waiting": 0, "inFlight": 0}
         states = [x["state"] for x in node.lines if x.get("kind") == "state"]
         assert states == ["connecting", "connected"], states  # one connection throughout

@@ -357,13 +357,52 @@ function unsendable(params: object, where: boolean, maxLevel: number): Unsendabl
   return null;
 }
 
+/** Whether the JSON `text` of a request's params (level 2, the request object being level 1) holds a container
+ * past {@link MAX_JSON_DEPTH}, which the host refuses. Only a text with that many `[` and `{` (in strings or not)
+ * is read through; strings are skipped whole. */
+function nestsTooDeep(text: string): boolean {
+  const need = MAX_JSON_DEPTH - 1; // the params object is level 2: level MAX_JSON_DEPTH + 1 is this deep in text
+  let openings = 0;
+  for (const bracket of ["[", "{"]) {
+    for (let i = text.indexOf(bracket); i !== -1 && openings <= need; i = text.indexOf(bracket, i + 1)) openings++;
+  }
+  if (openings <= need) return false;
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) { // a string: on to its closing quote (one with an even run of backslashes before it)
+      let end = text.indexOf('"', i + 1);
+      for (;;) {
+        let slashes = 0;
+        while (text.charCodeAt(end - 1 - slashes) === 0x5c) slashes++;
+        if (slashes % 2 === 0) break;
+        end = text.indexOf('"', end + 1);
+      }
+      i = end;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > need) return true;
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    }
+  }
+  return false;
+}
+
+function tooDeepError(method: string): RpcError {
+  return new RpcError(-32700, "PARSE_ERROR",
+    `${method}: params nest deeper than ${MAX_JSON_DEPTH} containers (the request object being level 1), which ` +
+    "the host refuses; nothing was sent",
+    { code: "PARSE_ERROR", retriable: false, maxDepth: MAX_JSON_DEPTH, sent: false });
+}
+
 /** `params` as JSON text, or an {@link RpcError} saying why they cannot be sent (`data.sent` false), as the Python
- * client does: `INVALID_PARAMS` (`data.errors`: where) for what JSON cannot carry ({@link unsendable}), and
- * `PARSE_ERROR` (`data.maxDepth`) for params nested so deep that `JSON.stringify` cannot write them (a cycle too;
- * those it writes, the host answers with `PARSE_ERROR` past {@link MAX_JSON_DEPTH}). Nothing is sent; the
- * connection, and a mutating call's `submissionId` (never sent), stay as they were. A call whose params encode pays
- * the one `JSON.stringify` every try used to repeat, and a look for what it writes without a word (`null`, `{}`,
- * `{"0":`) in the text: only a text holding one has its params looked into. */
+ * client does: `PARSE_ERROR` (`data.maxDepth`) for params nested deeper than the host reads ({@link MAX_JSON_DEPTH}
+ * containers, the request object being level 1: {@link nestsTooDeep}), or so deep that `JSON.stringify` cannot
+ * write them (a cycle too), and `INVALID_PARAMS` (`data.errors`: where) for what JSON cannot carry
+ * ({@link unsendable}). Nothing is sent; the connection, and a mutating call's `submissionId` (never sent), stay
+ * as they were. A call whose params encode pays the one `JSON.stringify` every try used to repeat, a look for what
+ * it writes without a word (`null`, `{}`, `{"0":`) in the text (only a text holding one has its params looked
+ * into), and a count of its brackets (only a text with more than the host's depth of them is read through). */
 function encodeParams(method: string, params: object): EncodedParams {
   let text: string | undefined;
   let failure: unknown = null;
@@ -372,6 +411,7 @@ function encodeParams(method: string, params: object): EncodedParams {
   } catch (err) {
     failure = err; // a bigint, a cycle, too deep for the stack; a toJSON or a getter that throws
   }
+  if (text !== undefined && nestsTooDeep(text)) throw tooDeepError(method); // written, but the host refuses it
   if (text !== undefined && ((!text.includes("null") && !text.includes("{}") && !text.includes('{"0":'))
     || unsendable(params, false, Infinity) === null)) { // written: no cycle, the walk ends
     return new EncodedParams(text);
@@ -379,12 +419,7 @@ function encodeParams(method: string, params: object): EncodedParams {
   // the failure path: what and where; past the host's depth only when JSON.stringify could not write them (a
   // cycle: without a bound the walk would not end)
   const found = unsendable(params, true, text === undefined ? MAX_JSON_DEPTH : Infinity);
-  if (found?.tooDeep) {
-    throw new RpcError(-32700, "PARSE_ERROR",
-      `${method}: params nest deeper than ${MAX_JSON_DEPTH} containers (the request object being level 1), which ` +
-      "the host refuses; nothing was sent",
-      { code: "PARSE_ERROR", retriable: false, maxDepth: MAX_JSON_DEPTH, sent: false });
-  }
+  if (found?.tooDeep) throw tooDeepError(method);
   const what = found?.what
     ?? `a value JSON.stringify ${failure === null ? "could not write" : `refused (${String(failure)})`}`;
   const loc = found?.loc ?? [];
@@ -394,6 +429,14 @@ function encodeParams(method: string, params: object): EncodedParams {
     `${method}: params hold ${what} at ${at}, which JSON cannot carry; nothing was sent`,
     { code: "INVALID_PARAMS", retriable: false, sent: false,
       errors: [{ loc: loc.join("."), msg: `${what}, which JSON cannot carry`, type: "json_invalid" }] });
+}
+
+/** The params of `sub`'s `events.subscribe`: its topics, its session's id, the cursor it resumes after. */
+function subscribeParams(sub: Subscription): { [key: string]: unknown } {
+  const params: { [key: string]: unknown } = { topics: sub.topics };
+  if (sub.sessionId !== undefined) params.sessionId = sub.sessionId;
+  if (sub.cursor !== null) params.cursor = sub.cursor;
+  return params;
 }
 
 /** One WebSocket and its requests; it never reconnects itself (the client's one loop does). */
@@ -843,12 +886,9 @@ export class HostClient {
   /** (Re)subscribe `sub` on `conn`; the cursor it resumed at, or null when it started afresh. */
   private async attach(conn: Connection, sub: Subscription): Promise<number | null> {
     const bootId = conn.hello?.bootId ?? "";
-    const params: { [key: string]: unknown } = { topics: sub.topics };
-    if (sub.sessionId !== undefined) params.sessionId = sub.sessionId;
     const sameBoot = sub.bootId === null || sub.bootId === bootId;
     let resumeAt: number | null = null;
     if (sub.cursor !== null && sameBoot) {
-      params.cursor = sub.cursor;
       resumeAt = sub.cursor;
     } else if (sub.bootId !== null) {
       sub.cursor = null;
@@ -856,14 +896,15 @@ export class HostClient {
     }
     let result: SubscribeResult;
     try {
-      result = await conn.request<SubscribeResult>("events.subscribe", params);
+      result = await conn.request<SubscribeResult>("events.subscribe",
+        encodeParams("events.subscribe", subscribeParams(sub)));
     } catch (err) {
       if (!(err instanceof RpcError && err.dataCode === "CURSOR_EXPIRED")) throw err;
       sub.cursor = null;
       resumeAt = null;
       this.notify("onResync", () => this.options.onResync?.(sub, "the host no longer holds the missed events"));
-      delete params.cursor;
-      result = await conn.request<SubscribeResult>("events.subscribe", params);
+      result = await conn.request<SubscribeResult>("events.subscribe",
+        encodeParams("events.subscribe", subscribeParams(sub)));
     }
     if (sub.wireId !== null) this.byWireId.delete(sub.wireId);
     sub.wireId = result.subscriptionId;
@@ -1038,9 +1079,11 @@ export class HostClient {
   }
 
   /** Subscribe to topics (optionally one session's, optionally resuming after `cursor`); events arrive through
-   * `onEvent`. The subscription is re-established after every reconnect. */
+   * `onEvent`. The subscription is re-established after every reconnect. Topics, a session id or a cursor JSON
+   * cannot carry reject at once, before anything is sent or kept, as a call's params do ({@link encodeParams}). */
   async subscribe(topics: Topic[], sessionId?: string, cursor?: number): Promise<Subscription> {
     const sub = new Subscription(topics, sessionId, cursor);
+    encodeParams("events.subscribe", subscribeParams(sub));
     this.subscriptions.add(sub);
     for (;;) {
       const conn = await this.connection().catch((err: unknown) => {

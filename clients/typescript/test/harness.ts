@@ -12,6 +12,7 @@ import {
   type MethodName,
   type ParamsOf,
   type Subscription,
+  type Topic,
 } from "../src/client.js";
 
 function out(line: { [key: string]: unknown }): void {
@@ -30,6 +31,9 @@ type Command =
    * `params`): NaN, a BigInt, a Map..., lists nested `deep`, an object holding itself (`cycle`). */
   | { op: "startWith"; tag: string; method: MethodName; params: { [key: string]: unknown }; path: (string | number)[];
       value: string }
+  /** `subscribe` with a value JSON lines cannot carry (named as for `startWith`) as one of its topics, its session
+   * id or its cursor: a `done` line with `tag` says how it ended. */
+  | { op: "subscribeWith"; tag: string; place: "topic" | "sessionId" | "cursor"; value: string }
   /** Like `start`, with an AbortSignal that `abort` (same `tag`) fires. */
   | { op: "startAbortable"; tag: string; method: MethodName; params: { [key: string]: unknown } }
   /** What `RpcError.retriable` says of an error whose `data` is this. */
@@ -63,6 +67,11 @@ function made(name: string): unknown {
     case "deep": {
       let value: unknown = 1;
       for (let i = 0; i < 5000; i++) value = [value];
+      return value;
+    }
+    case "deep70": { // deeper than the host reads (64 containers), not than JSON.stringify writes
+      let value: unknown = 1;
+      for (let i = 0; i < 70; i++) value = [value];
       return value;
     }
     case "cycle": {
@@ -202,6 +211,18 @@ async function main(): Promise<void> {
           parent[cmd.path[cmd.path.length - 1] as string | number] = made(cmd.value);
           client.call(cmd.method, cmd.params as ParamsOf<MethodName>).then(
             (value: unknown) => out({ kind: "done", tag: cmd.tag, value, elapsedMs: Date.now() - started }),
+            (err: unknown) => out({ kind: "done", tag: cmd.tag, ...failure(err, started) }),
+          );
+          out({ kind: "result", op: cmd.op, value: cmd.tag });
+          break;
+        }
+        case "subscribeWith": {
+          const started = Date.now();
+          const value = made(cmd.value);
+          const topics = (cmd.place === "topic" ? ["session.message", value] : ["session.message"]) as Topic[];
+          client.subscribe(topics, (cmd.place === "sessionId" ? value : undefined) as string | undefined,
+            (cmd.place === "cursor" ? value : undefined) as number | undefined).then(
+            (sub: Subscription) => out({ kind: "done", tag: cmd.tag, value: sub.cursor, elapsedMs: Date.now() - started }),
             (err: unknown) => out({ kind: "done", tag: cmd.tag, ...failure(err, started) }),
           );
           out({ kind: "result", op: cmd.op, value: cmd.tag });
