@@ -342,8 +342,10 @@ ERROR_MEANINGS: dict[str, str] = {
     "UNSUPPORTED_SQLITE": "The SQLite library is too old (trigram tokenizer needs 3.34+).",
     "PROVIDER_UNAUTHORIZED": "The provider refused the API key (HTTP 401/403); nothing was written.",
     "PROVIDER_TIMEOUT": "The provider did not answer within timeoutMs; nothing was written. Retry later.",
-    "PROVIDER_UNREACHABLE": "No connection to the provider (refused, DNS, TLS, proxy); nothing was written.",
-    "PROVIDER_BAD_REPLY": "The provider's answer is not a model list (status, JSON, shape); nothing was written.",
+    "PROVIDER_UNREACHABLE": ("No connection to the provider (refused, reset, DNS, TLS, proxy); nothing was "
+                             "written."),
+    "PROVIDER_BAD_REPLY": ("The provider's answer is not a model list (status, JSON, shape), or no readable HTTP "
+                           "reply at all (another protocol, cut short by its close); nothing was written."),
     "UNSUPPORTED_FOR_NATIVE_SESSION": "The method does not apply to a native pi session (`native-pi:...`, owned by "
     "pi): only session.list, session.get, session.fork and session.export do; fork it to change it.",
     "FILE_CHANGED": "`review.restore`: the workspace file is no longer what the tool wrote (by SHA-256; "

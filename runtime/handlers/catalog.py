@@ -6,8 +6,9 @@ from the secret store, the provider's ``config.headers``, the app's
 ``networkProxy``), with httpx on trio (through anyio) and one deadline for the
 whole exchange. Only a readable 2xx reply reaches the database: a refused key
 (``PROVIDER_UNAUTHORIZED``), no answer in time (``PROVIDER_TIMEOUT``), no
-connection (``PROVIDER_UNREACHABLE``) or a body that is not a model list
-(``PROVIDER_BAD_REPLY``, also any other status) writes nothing. Entries of
+connection (``PROVIDER_UNREACHABLE``) or a reply that is not a model list
+(``PROVIDER_BAD_REPLY``, also any other status, and bytes that are no HTTP reply or one cut short by the
+provider's close) writes nothing. Entries of
 the list that are no model (no string id, an id breaking the model-id rule)
 are skipped and reported in the answer's ``skippedModels``. Then one
 transaction upserts the discovered rows (``store/catalog.apply_refresh``: user
@@ -125,7 +126,16 @@ async def fetch_model_list(url: str, headers: dict[str, str], *, timeout_s: floa
                                       data={"timeoutMs": int(timeout_s * 1000)}) from None
     except UnicodeError:  # the resolver's IDNA encoding of a host stored before it was checked
         raise InvalidInput("the provider's baseUrl has an invalid host name", data={"field": "baseUrl"}) from None
-    except httpx.TransportError as exc:  # connect, read, proxy and protocol errors
+    except httpx.RemoteProtocolError as exc:
+        # It took the connection and answered bytes that are no HTTP reply, or cut its reply short (headers, a
+        # body shorter than its length, a chunked body without its last chunk), or hung up without one: reachable,
+        # its reply is bad. (httpx tells a close before any reply from bytes with no end of headers, another
+        # protocol's banner, by neither type nor message; each refresh has a connection of its own, so no stale
+        # kept-alive one is closed under it.) The parser's message is not echoed: it quotes what was sent.
+        raise catalog.BadProviderReply(f"the provider's reply is not readable HTTP (another protocol, or cut "
+                                       f"short by its close): {type(exc).__name__}",
+                                       data={"error": type(exc).__name__}) from None
+    except httpx.TransportError as exc:  # connect, read, proxy errors
         raise catalog.ProviderUnreachable(f"cannot reach the provider: {type(exc).__name__}",
                                           data={"error": type(exc).__name__}) from None
 

@@ -336,7 +336,8 @@ class ProviderTimeout(StoreError):
 
 
 class ProviderUnreachable(StoreError):
-    """No connection to the provider (refused, DNS, TLS, proxy)."""
+    """No connection to the provider (refused, reset, DNS, TLS, proxy). One that took the connection and answered
+    bytes that are no HTTP reply, or cut its reply short by closing, was reached: :class:`BadProviderReply`."""
 
     code = "PROVIDER_UNREACHABLE"
     retriable = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from protocol import models as m
 from runtime.client import HostClient, RpcError
 from store.config import catalog
 from store.config.secrets import SecretStore
+from tests.acceptance.test_seed003_providers_audit import Misbehaving, Script, http, send
 from tests.dbkit import rows as _rows
 from tests.hostkit import client_for, inprocess_host
 from tests.httpkit import FakeProvider, Reply
@@ -231,6 +233,43 @@ async def test_an_unreachable_provider_is_retriable_and_writes_nothing(tmp_path:
             assert probe.state(data) == state
             await c.call("providers.create", {"id": "nourl", "name": "No URL"})
             assert (await _err(c.call("models.refresh", {"providerId": "nourl"}))).data_code == "INVALID_PARAMS"
+
+
+async def _close_at_once(stream: trio.SocketStream) -> None:
+    """Read the request, answer nothing, hang up."""
+
+
+async def test_a_reply_that_breaks_http_is_a_bad_reply(tmp_path: Path) -> None:
+    """A provider that took the connection and answered bytes that are no HTTP reply (another protocol's
+    banner, headers or a body cut short by its close, a chunked body without its last chunk, or a close before
+    any reply: httpx cannot tell it from a banner with no end of headers) is reachable: its reply is bad,
+    ``PROVIDER_BAD_REPLY`` (not retriable), as for a body that is no model list. They were
+    ``PROVIDER_UNREACHABLE`` (retriable: a client tried again and got the same garbage). A refused connection
+    stays ``PROVIDER_UNREACHABLE`` (test_an_unreachable_provider_is_retriable_and_writes_nothing). Nothing is
+    written."""
+    data = tmp_path / "data"
+    listing = json.dumps({"data": MODELS}).encode()
+    cut_chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   + b"%x\r\n" % len(listing) + listing + b"\r\n")  # no last chunk, then the close
+    scenarios: list[tuple[str, Script, str]] = [
+        ("not http at all", send(b"SSH-2.0-OpenSSH_9.6\r\n" + bytes(range(256))), "PROVIDER_BAD_REPLY"),
+        ("a body cut short", send(http(200, listing)[:-40]), "PROVIDER_BAD_REPLY"),
+        ("headers cut short", send(http(200, listing)[:30]), "PROVIDER_BAD_REPLY"),
+        ("a chunked body cut short", send(cut_chunked), "PROVIDER_BAD_REPLY"),
+        ("a hang-up without a reply", _close_at_once, "PROVIDER_BAD_REPLY"),
+    ]
+    with trio.fail_after(60):
+        async with Misbehaving().running() as server, inprocess_host(data) as host, \
+                client_for(host, kind="ui") as c:
+            await c.call("providers.create", {"id": "odd", "name": "Odd", "baseUrl": server.url(), "apiKey": KEY})
+            assert (await c.call("models.refresh", {"providerId": "odd"}))["listed"] == 3
+            state = probe.state(data)
+            for name, script, code in scenarios:
+                server.script = script
+                err = await _err(c.call("models.refresh", {"providerId": "odd"}))
+                assert (err.data_code, err.retriable) == (code, code == "PROVIDER_UNREACHABLE"), (name, err.message)
+                assert KEY not in err.message and KEY not in json.dumps(err.data), name
+                assert probe.state(data) == state, f"{name}: a refused refresh wrote something"
 
 
 async def test_refresh_goes_through_the_configured_proxy(tmp_path: Path) -> None:
