@@ -31,7 +31,7 @@ import trio
 from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, wrap_client_stream
 
 from protocol.jsonrpc import loads_large
-from protocol.unsendable import describe, unsendable
+from protocol.unsendable import describe, holds_non_finite, unsendable
 from store.rules import MAX_JSON_DEPTH
 
 __all__ = [
@@ -158,9 +158,9 @@ def _encode(payload: Any) -> str:
     """A request (or a batch of them) as the text of one frame, or an :class:`RpcError` and nothing sent: params
     that hold what JSON cannot carry are refused as ``pihost_client`` refuses them (``INVALID_PARAMS``, ``data.sent``
     false, ``data.errors`` saying where; the check both share, :mod:`protocol.unsendable`), nesting past what orjson
-    writes as ``PARSE_ERROR``. orjson writes NaN and ±Infinity as ``null``, so a frame holding ``null`` has its
-    params looked into for one; what orjson has no form for but JSON has (an integer key, an integer past 64 bits)
-    is written by the standard encoder."""
+    writes as ``PARSE_ERROR``. orjson writes NaN and ±Infinity as ``null``, so a frame holding ``null`` is looked
+    into for one (quickly, :func:`holds_non_finite`; then where). What orjson has no form for but JSON has (an
+    integer key, an integer past 64 bits) is written by the standard encoder."""
     try:
         frame = orjson.dumps(payload)
     except orjson.JSONEncodeError as exc:
@@ -179,7 +179,7 @@ def _encode(payload: Any) -> str:
             raise RpcError(-32602, "INVALID_PARAMS", f"the request holds a value the encoder refused ({exc}; "
                            f"{stdlib_exc}), which JSON cannot carry; nothing was sent",
                            {"code": "INVALID_PARAMS", "retriable": False, "sent": False}) from None
-    if b"null" in frame:
+    if b"null" in frame and holds_non_finite([payload]):
         _refuse_unsendable(payload, non_finite_only=True)
     return frame.decode("utf-8")
 

@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-__all__ = ["describe", "unsendable"]
+__all__ = ["describe", "holds_non_finite", "unsendable"]
 
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
@@ -43,6 +43,21 @@ def unsendable(params: Any, *, non_finite_only: bool = False) -> tuple[str, list
             name = type(value).__name__
             return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}", loc
     return None
+
+
+def holds_non_finite(params: Any) -> bool:
+    """Whether a value in ``params`` is NaN or ±Infinity: a quick look, with no paths, for an encoder that wrote
+    them as ``null`` and took only string keys (then :func:`unsendable` says where). Iterative; no cycle (see
+    there)."""
+    containers: list[Any] = [params]
+    while containers:
+        container = containers.pop()
+        for item in container.values() if isinstance(container, dict) else container:
+            if isinstance(item, (dict, list, tuple)):
+                containers.append(item)
+            elif isinstance(item, float) and item - item != 0:  # NaN - NaN, inf - inf: NaN; finite: 0.0
+                return True
+    return False
 
 
 def describe(method: str, what: str, loc: list[str | int]) -> tuple[str, dict[str, Any]]:
