@@ -174,7 +174,9 @@ def _encode(payload: Any) -> str:
                                     "sent": False}) from None
         _refuse_unsendable(payload, non_finite_only=False)
         try:
-            return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+            text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
+            text.encode("utf-8")  # a lone surrogate: no UTF-8 frame carries it (the host answers no id for one)
+            return text
         except (ValueError, TypeError) as stdlib_exc:  # found nothing to name: say what the encoders said
             raise RpcError(-32602, "INVALID_PARAMS", f"the request holds a value the encoder refused ({exc}; "
                            f"{stdlib_exc}), which JSON cannot carry; nothing was sent",

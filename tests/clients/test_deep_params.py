@@ -145,7 +145,8 @@ async def test_the_hosts_own_client_refuses_what_json_cannot_carry(tmp_path: Pat
     ``pihost_client`` (the one shared check): orjson wrote NaN and ±Infinity as ``null`` (the host got another
     value than the caller's) and raised its bare ``TypeError`` for a set, bytes or a tuple key. Nothing is sent;
     a batch holding one such request is refused whole; ``subscribe`` runs the same check; values orjson has no
-    form for but JSON has (an integer key, an integer past 64 bits) are still sent, and the connection goes on."""
+    form for but JSON has (an integer key, an integer past 64 bits) are still sent, a lone surrogate (no UTF-8
+    frame carries it) is refused too, and the connection goes on."""
     host = await trio.to_thread.run_sync(start_host_process, tmp_path)
     try:
         with trio.fail_after(60):
@@ -169,6 +170,10 @@ async def test_the_hosts_own_client_refuses_what_json_cannot_carry(tmp_path: Pat
                 with pytest.raises(HostRpcError) as subscribed:
                     await raw.subscribe(["session.message"], cursor=float("inf"))  # type: ignore[arg-type]
                 assert subscribed.value.message.startswith("events.subscribe: params hold Infinity at params.cursor")
+                with pytest.raises(HostRpcError) as surrogate:  # no UTF-8 text carries it: refused, not sent
+                    await raw.call("session.list", {"x": "a\ud800"})
+                assert surrogate.value.data_code == "INVALID_PARAMS" and surrogate.value.data["sent"] is False
+                assert "surrogates not allowed" in surrogate.value.message
                 for carried in ({"x": {1: "int key"}}, {"x": 2**70}):  # orjson refuses these; JSON carries them
                     with pytest.raises(HostRpcError) as answered:
                         await raw.call("session.list", carried)
