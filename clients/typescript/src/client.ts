@@ -373,6 +373,7 @@ function nestsTooDeep(text: string): boolean {
     if (c === 0x22) { // a string: on to its closing quote (one with an even run of backslashes before it)
       let end = text.indexOf('"', i + 1);
       for (;;) {
+        if (end === -1) return false; // no closing quote: not JSON.stringify's text
         let slashes = 0;
         while (text.charCodeAt(end - 1 - slashes) === 0x5c) slashes++;
         if (slashes % 2 === 0) break;
