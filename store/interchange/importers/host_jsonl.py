@@ -21,7 +21,10 @@ message's first line), and as a branch's root it joins that branch's ``deleted``
 and unknown line kinds (an export's ``environment`` lines among them) are
 counted and skipped. An export's ``blob`` and ``review_snapshot`` lines (the attachment bytes and review
 snapshots it carries) are verified and stored by :mod:`store.interchange.importers.carried`; the
-``"evicted": true`` an export put on a block is dropped (the copy marks its blocks from what it holds).
+``"evicted": true`` an export put on a block is dropped (the copy marks its blocks from what it holds). A
+message's collaboration provenance (``meta.sessionMessage``, or its top-level projection; seed 003 §4.6c) is
+kept only as ``meta.importedSessionMessage``: the ledger row behind it is not exported, so the copy's row is
+not a delivery (a hand-made file cannot plant one); nothing reads that key as provenance.
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ from store.usage import INT64_MAX
 
 SOURCE = "pi-host"
 SKIPPED = frozenset({"environment", "tombstone"})
+PROVENANCE = "sessionMessage"
+"""Collaboration provenance (``meta.sessionMessage``, seed 003 §4.6c): only the importing host's own ledger
+backs it, so a copy never carries it as such."""
+IMPORTED_PROVENANCE = "importedSessionMessage"
+"""Where a copy keeps the provenance its export named: inert, read back with the message's other meta."""
 
 
 def discover(root: Path) -> Iterator[SourceUnit]:
@@ -278,16 +286,28 @@ def _message(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
     if withheld:
         out["blocks"] = blocks
     for key, value in rec.items():
-        if key in ("type", "id", "role", "createdAt", "turnId") or withheld and key == "deleted":
+        if key in ("type", "id", "role", "createdAt", "turnId", PROVENANCE) or withheld and key == "deleted":
             continue
         if key == "meta" and isinstance(value, Mapping):
-            value = {k: v for k, v in value.items() if k != "receipt"}
+            value = {k: v for k, v in value.items() if k not in ("receipt", PROVENANCE)}
             if isinstance(value.get("revisionRootId"), str) and value["revisionRootId"]:
                 value["revisionRootId"] = join_id(sid, value["revisionRootId"])  # the family, as its root's id
             if not value:
                 continue
         out[key] = value
+    planted, kept = _provenance(rec), out.get("meta", {})
+    if planted is not None and isinstance(kept, Mapping):
+        out["meta"] = {**kept, IMPORTED_PROVENANCE: planted}
     return out
+
+
+def _provenance(rec: Mapping[str, Any]) -> Any:
+    """The collaboration provenance a message line names (``meta.sessionMessage``, or the wire's top-level
+    projection of it; None: none). The copy keeps it only as ``meta.importedSessionMessage``: no delivery of
+    this host's ledger backs it (an export carries no ledger rows), so it is not the copy's provenance."""
+    meta = rec.get("meta")
+    held = meta.get(PROVENANCE) if isinstance(meta, Mapping) else None
+    return held if held is not None else rec.get(PROVENANCE)
 
 
 def _revision(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
