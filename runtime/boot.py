@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable
@@ -75,7 +74,7 @@ from store.receipts import RECEIPTS_DIR
 from store.receipts import sweep_files as sweep_receipt_files
 from store.rules import MAX_TOKEN_CHARS, SESSION_ID_RE
 from store.transcripts import deleted_log
-from store.transcripts.session_files import finish_delete, pending_deletes
+from store.transcripts.session_files import finish_delete, pending_deletes, sweep_session_folders
 from store.upgrade.attachment_adopt import adopt_pending, backfill_meta_files, mark_pending
 from store.upgrade.migrations import clear_made_anew, made_anew
 
@@ -506,14 +505,13 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         report["queue"]["interruptedDeliveries"] = interrupt_deliveries(conn, now_ms=now, running=False)
     between("the scratch sweep")
     # 5. scratch / review snapshots of sessions that no longer exist
-    existing = session_ids(conn)
-    swept = 0
-    for root in (data_dir.scratch_root, data_dir.review_changes_dir):
-        for name in os.listdir(root):
-            if name not in existing:
-                shutil.rmtree(root / name, ignore_errors=True)
-                swept += 1
-    report["scratchSwept"] = swept
+    folders = sweep_session_folders(((data_dir.scratch_root, "scratch"),
+                                     (data_dir.review_changes_dir, "review-changes")), session_ids(conn))
+    report["scratchSwept"] = folders.removed  # what went, not what was tried
+    if folders.left:
+        report["scratchNotSwept"] = folders.left[:50]
+        log.warning("the startup sweep left %d entr(ies) under scratch/ and review-changes/: %s",
+                    len(folders.left), ", ".join(f"{e['path']} ({e['reason']})" for e in folders.left[:10]))
     # a review.record killed before its meta.json: its before bytes (up to 4 MiB) that nothing lists or reads
     # (no record is in flight before the gateway opens; a keyed retry writes both files again)
     report["reviewHalvesRemoved"] = review.remove_unpublished(data_dir.review_changes_dir)

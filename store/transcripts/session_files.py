@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ __all__ = [
     "finish_delete",
     "pending_delete",
     "pending_deletes",
+    "sweep_session_folders",
     "withdraw_delete_marker",
     "write_delete_marker",
 ]
@@ -155,6 +156,48 @@ def finish_delete(paths: SessionPaths, *, now_ms: int | None = None, faults: Fau
     for directory in (paths.scratch, paths.review_changes):
         shutil.rmtree(directory, ignore_errors=True)
     remove_file_durable(paths.delete_marker)
+
+
+@dataclass
+class FolderSweep:
+    """What :func:`sweep_session_folders` did: the folders it removed, and the entries it left (each
+    ``{"path": "<label>/<name>", "reason": ...}``)."""
+
+    removed: int = 0
+    left: list[dict[str, str]] = field(default_factory=list)
+
+
+def sweep_session_folders(roots: Sequence[tuple[Path, str]], existing: Container[str]) -> FolderSweep:
+    """Boot: remove the per-session folders (``scratch/<id>``, ``review-changes/<id>``) of sessions that no
+    longer exist. ``roots``: each folder holding them with its label. Only what went is counted; an entry
+    that is not a folder (a stray plain file, a symbolic link: not a session's, left alone) or that failed
+    to go (its error) is named in ``left``, and the sweep goes on."""
+    out = FolderSweep()
+    for root, label in roots:
+        try:
+            names = sorted(os.listdir(root))
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if name in existing:
+                continue
+            path = root / name
+            if path.is_symlink() or not path.is_dir():
+                out.left.append({"path": f"{label}/{name}", "reason": "not a directory"})
+                continue
+            errors = _remove_tree(path)
+            if os.path.lexists(path):
+                out.left.append({"path": f"{label}/{name}", "reason": errors[0] if errors else "still there"})
+            else:
+                out.removed += 1
+    return out
+
+
+def _remove_tree(path: Path) -> list[str]:
+    """``rmtree`` that goes on past what it cannot remove: the errors, in order."""
+    errors: list[str] = []
+    shutil.rmtree(path, onerror=lambda _fn, where, info: errors.append(f"{where}: {info[1]}"))
+    return errors
 
 
 def _read_marker_body(path: Path) -> dict[str, Any] | None:

@@ -87,3 +87,24 @@ async def test_boot_sweeps_scratch_and_review_changes_of_sessions_that_no_longer
         assert (root / live / "keep.txt").read_text() == "kept"
         assert not (root / "s_gone").exists()
     assert status["boot"]["scratchSwept"] == 2  # one folder under each root
+
+
+async def test_the_boot_sweep_counts_only_what_it_removed_and_names_what_it_left(tmp_path: Path) -> None:
+    """The startup sweep of ``scratch/`` and ``review-changes/`` counts a folder it removed, not a stray
+    plain file it cannot remove as a session folder: that one stays, is named in the report, and boot
+    goes on (it counted the file as swept and said nothing)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            await c.call("session.create", {})
+    data = DataDir(tmp_path)
+    (data.review_changes_dir / "s_gone").mkdir(parents=True, exist_ok=True)
+    (data.review_changes_dir / "s_gone" / "stale.txt").write_text("stale")
+    (data.review_changes_dir / "stray.txt").write_text("not a session folder")
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            status = await c.call("host.status", {})
+    assert not (data.review_changes_dir / "s_gone").exists()
+    assert (data.review_changes_dir / "stray.txt").read_text() == "not a session folder"
+    assert status["boot"]["scratchSwept"] == 1
+    assert status["boot"]["scratchNotSwept"] == [
+        {"path": "review-changes/stray.txt", "reason": "not a directory"}]
