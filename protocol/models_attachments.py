@@ -116,7 +116,10 @@ class AttachmentsGetResult(Result):
     meta: dict[str, Any] | None = None
     created_at: TimestampMs
     last_used_at: TimestampMs
-    deletion_state: DeletionState = Field(description="live | evicting (bytes being deleted) | evicted (tombstone).")
+    deletion_state: DeletionState = Field(
+        description="live | evicting (bytes being deleted) | evicted (tombstone; also a blob whose bytes are "
+        "gone though no GC evicted it, deleted behind the host's back: it reads evicted, its references marked, "
+        "without evictedAt until attachments.gc makes it a tombstone).")
     evicted_at: TimestampMs | None = None
     references: list[AttachmentReference] = Field(description="At most 200, by session and message.")
     references_truncated: bool

@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
+from store.attachments import ATTACHMENTS_DIR
 from store.errors import classify_os_error
 from store.ids import validate_session_id
 from store.receipts import RECEIPTS_DIR
@@ -138,7 +139,7 @@ class DataDir:
 
     @property
     def attachments_dir(self) -> Path:
-        return self.root / "attachments"
+        return self.root / ATTACHMENTS_DIR
 
     @property
     def secrets_dir(self) -> Path:

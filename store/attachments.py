@@ -108,6 +108,7 @@ from store.fsutil import (
     TEMP_MARKER,
     OwedSyncs,
     atomic_write,
+    database_folder,
     fsync_dir,
     open_nofollow,
     remove_file_durable,
@@ -162,6 +163,8 @@ _CHUNK = 1 << 20
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _QUOTED_REF_RE = re.compile(rb'"attachments/([0-9a-f]{64})"')
 REF_PREFIX = "attachments/"
+ATTACHMENTS_DIR = "attachments"
+"""The blobs' folder in the data directory (a block's ``ref`` names a blob by its path there)."""
 BLOB_KINDS = ("image", "file", "screenshot", "pageSnapshot", "pageText")
 """Seed 000 §2: file, image, screenshot, page snapshot and page text blobs."""
 REF_ORIGINS = ("client", "transcript", "revision", "checkpoint", "queue")
@@ -606,10 +609,17 @@ def row_meta(conn: sqlite3.Connection, sha: str) -> dict[str, Any]:
 
 
 def blob_wire(conn: sqlite3.Connection, sha: str) -> dict[str, Any] | None:
-    """``attachments.get``: the row's metadata, its deletion state and its references (None keys left out)."""
+    """``attachments.get``: the row's metadata, its deletion state and its references (None keys left out).
+
+    A ``live`` row whose bytes are gone (deleted behind the host's back: the next GC marks it,
+    :func:`missing_bytes`) reads as what it is, ``evicted`` with every reference marked, never ``live``;
+    without ``evictedAt``, which only an eviction sets."""
     row = blob_row(conn, validate_sha(sha), meta=True)
     if row is None:
         return None
+    lost = row["deletionState"] == "live" and bytes_gone(conn, sha)
+    if lost:
+        row["deletionState"] = "evicted"
     out: dict[str, Any] = {"ref": ref_for(sha)}
     for key in ("sha256", "size", "mimeType", "kind", "trust", "provenance", "source", "runId", "meta",
                 "createdAt", "lastUsedAt", "deletionState", "evictedAt"):
@@ -619,7 +629,7 @@ def blob_wire(conn: sqlite3.Connection, sha: str) -> dict[str, Any] | None:
     for sid, mid, origin, evicted_at in conn.execute(
             "SELECT session_id, message_id, origin, evicted_at FROM attachment_refs WHERE sha256 = ? "
             "ORDER BY session_id, message_id, origin LIMIT ?", (sha, MAX_LISTED_REFS + 1)):
-        ref: dict[str, Any] = {"sessionId": sid, "origin": origin, "evicted": evicted_at is not None}
+        ref: dict[str, Any] = {"sessionId": sid, "origin": origin, "evicted": lost or evicted_at is not None}
         if mid is not None:
             ref["messageId"] = mid
         refs.append(ref)
@@ -629,6 +639,13 @@ def blob_wire(conn: sqlite3.Connection, sha: str) -> dict[str, Any] | None:
 
 
 MAX_LISTED_REFS = 200
+
+
+def bytes_gone(conn: sqlite3.Connection, sha: str) -> bool:
+    """Whether the blob's file is missing from ``attachments/`` beside ``conn``'s database (as the GC tells a
+    lost blob: no entry of that name, :func:`missing_bytes`). False for a database in memory (no folder)."""
+    folder = database_folder(conn)
+    return folder is not None and not os.path.lexists(os.path.join(folder, ATTACHMENTS_DIR, validate_sha(sha)))
 
 
 def record_ref(conn: sqlite3.Connection, sha: str, session_id: str, message_id: str | None, now_ms: int) -> bool:

@@ -147,3 +147,30 @@ async def test_a_block_written_after_its_blob_was_evicted_reads_evicted(tmp_path
                 blocks = _blocks((await c.call("session.get", {"sessionId": sid}))["messages"])
                 assert blocks and all(b["evicted"] is True for b in blocks), (sid, blocks)
             assert "evicted" not in _blocks((await c.call("session.get", {"sessionId": keep_sid}))["messages"])[0]
+
+
+async def test_a_blob_deleted_by_hand_while_the_host_was_stopped_does_not_read_live(tmp_path: Path) -> None:
+    """Seed 000 §2.3: a blob's deletion state says whether its bytes are there, and a reference never points
+    at missing bytes unmarked. A blob file deleted by hand while the host is stopped reads back, at once and
+    before any ``attachments.gc``, as the state the README gives a blob whose bytes are gone (``evicted``,
+    its references marked; no ``evictedAt``: nothing evicted it); it read ``live``. A GC then makes it a
+    tombstone, as before; a blob whose bytes are there still reads ``live``."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            gone, kept = await _put(c, b"g" * 100), await _put(c, b"k" * 100)
+            for sha in (gone, kept):
+                await c.call("attachments.ref", {"sha256": sha, "sessionId": sid, "messageId": "m1"})
+    (tmp_path / "attachments" / gone).unlink()
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            got = await c.call("attachments.get", {"sha256": gone})
+            assert got["deletionState"] == "evicted" and "evictedAt" not in got
+            assert got["references"] == [{"sessionId": sid, "messageId": "m1", "origin": "client", "evicted": True}]
+            live = await c.call("attachments.get", {"sha256": kept})
+            assert live["deletionState"] == "live"
+            assert live["references"] == [{"sessionId": sid, "messageId": "m1", "origin": "client", "evicted": False}]
+            await c.call("attachments.gc", {})
+            after = await c.call("attachments.get", {"sha256": gone})
+            assert after["deletionState"] == "evicted" and "evictedAt" in after
+            assert after["references"] == got["references"]

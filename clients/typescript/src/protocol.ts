@@ -360,7 +360,7 @@ export interface AttachmentsGetResult {
   createdAt: number;
   /** Unix time in milliseconds. */
   lastUsedAt: number;
-  /** live | evicting (bytes being deleted) | evicted (tombstone). */
+  /** live | evicting (bytes being deleted) | evicted (tombstone; also a blob whose bytes are gone though no GC evicted it, deleted behind the host's back: it reads evicted, its references marked, without evictedAt until attachments.gc makes it a tombstone). */
   deletionState: "live" | "evicting" | "evicted";
   evictedAt?: number | null;
   /** At most 200, by session and message. */
