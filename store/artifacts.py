@@ -11,7 +11,10 @@ result's index row.
 Paths are stored **absolute and workspace-resolved** (seed 003 §4.10: ``path
 -- absolute, workspace-resolved``) by the rule ``session.resolvePath`` uses
 (:func:`store.workspace.resolve_under`): a relative path joins the session's
-project root and is folded lexically, backslashes become ``/``. A relative path in
+project root the line was written under (``store.transcripts.records.Root``: the
+``session_info`` line before it that names one, so a rebuilt index lists a file
+where the live index did after the session moved) and is folded lexically,
+backslashes become ``/``. A relative path in
 a session without a project root names no workspace file: it is audited, not
 listed. The scratch exclusion is applied **after** resolution, so a relative
 path that lands in the session's scratch directory (``../scratch/<sid>/x``)
@@ -33,6 +36,7 @@ import orjson
 from store.errors import InvalidCursor
 from store.fsutil import database_folder
 from store.jsonio import Readable, readable, stored_value
+from store.transcripts.records import Root
 
 TOOL_OPS: Mapping[str, str] = {"write": "write", "edit": "edit", "multiedit": "edit", "delete": "delete"}
 OPS = ("write", "edit", "delete")
@@ -144,18 +148,21 @@ def record_effects(
     *,
     audit: bool = True,
     scratch: str | None = None,
+    written_under: Root | None = None,
 ) -> int:
     """Upsert artifacts (+ one audit row per tool call). Returns artifacts written.
 
     ``audit=False`` (index rebuilds) only restores missing artifact rows and
-    never overwrites newer ones.
+    never overwrites newer ones. ``written_under``: the root the line stands under in its transcript
+    (``store.transcripts.records.Root``, the rule the live index and a rebuild share); None: the
+    session's root as the index holds it now.
     """
     found = tool_effects(record)
     if not found:
         return 0
     scratch = scratch if scratch is not None else scratch_dir(conn, session_id)
     scratch = os.path.normpath(scratch) if scratch else None
-    root = session_root(conn, session_id)
+    root = written_under.path if written_under is not None else session_root(conn, session_id)
     written = 0
     for effect in found:
         resolved = [(p, resolve_path(root, p), op) for p, op in effect.effects]

@@ -293,7 +293,7 @@ def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]], *,
     held = {c.get("id") for c in live.compactions}
     compactions = [*live.compactions, *(c for c in restored if c.get("id") not in held)]
     return plan_rewrite(messages, compactions, tombstones=tombstones, session_info=live.session_info,
-                        decisions=live.decisions, opaque=live.unknown)
+                        decisions=live.decisions, opaque=live.unknown, roots=live.roots, root=live.root)
 
 
 async def commit_rewrite(

@@ -20,7 +20,15 @@ from store.indexing.sql_lists import in_chunks
 from store.interchange import origin_history
 from store.rules import TURN_INDEX_LOST, canonical_project_path
 from store.session_state import with_projection
-from store.transcripts.records import blocks_of, extract_text, rfc3339_ms, rfc3339_to_ms, searchable, tool_info
+from store.transcripts.records import (
+    Root,
+    blocks_of,
+    extract_text,
+    rfc3339_ms,
+    rfc3339_to_ms,
+    searchable,
+    tool_info,
+)
 from store.transcripts.window_reply import describe_line
 from store.upgrade.schema import MAX_SEQ, message_mid
 
@@ -170,6 +178,9 @@ class IndexRecord:
     line: bytes | None = None
     """The line's bytes, when the caller has them: the row then keeps what a window reply needs to
     send them as they are (``messages.wire_cut``/``line_crc``, ``store/transcripts/window_reply.py``)."""
+    root: Root | None = None
+    """The project root the line stands under in its transcript (``store.transcripts.records.Root``): what
+    its relative Write/Edit paths resolve against. None: no line before it names one (the session's root)."""
 
     def wire(self) -> tuple[int | None, int | None]:
         return describe_line(self.line, self.record) if self.line is not None else (None, None)
@@ -177,7 +188,7 @@ class IndexRecord:
     def with_seq(self, seq: int | None) -> IndexRecord:
         """This record with ``seq`` (what ``dataclasses.replace`` gives, without its per-call field walk:
         the DB writer calls it for every message it indexes)."""
-        return IndexRecord(self.record, self.offset, self.length, seq, self.line)
+        return IndexRecord(self.record, self.offset, self.length, seq, self.line, self.root)
 
 
 @dataclass(frozen=True)
@@ -668,7 +679,7 @@ def index_messages(
         if artifacts.may_have_effects(rec):
             # Write/Edit results: artifacts + tool_execute audit in this same transaction (seed §4.10).
             artifacts.record_effects(conn, session_id, rec, turn or _str_or_none(rec.get("turnId")), now_ms,
-                                     audit=audit_effects)
+                                     audit=audit_effects, written_under=item.root)
         # seed 000 §2.3, under the id the line carries (what the GC's scan derives, even when D444-remapped)
         attachments.record_block_refs(conn, session_id, item.record["id"], rec, now_ms)
         store_append_receipt(conn, session_id, rec, ref, now_ms)
@@ -858,9 +869,10 @@ def reindex_session(
             # the session had then: resolving it again against today's root would list a file no tool wrote.
             continue
         if artifacts.may_have_effects(item.record):
-            # A rebuild restores missing artifact rows only (no audit rows, nothing overwritten).
+            # A rebuild restores missing artifact rows only (no audit rows, nothing overwritten), each against
+            # the root its line stands under (a session_info line before it), as the live index resolved it.
             artifacts.record_effects(conn, session_id, item.record, row[3] or _str_or_none(item.record.get("turnId")),
-                                     now_ms, audit=False)
+                                     now_ms, audit=False, written_under=item.root)
     for item, row, line_id in zip(messages, rows, line_ids, strict=True):
         attachments.record_block_refs(conn, session_id, line_id, item.record, now_ms)
         store_append_receipt(conn, session_id, item.record, message_ref(session_id, row[4], item.record, row[3]),

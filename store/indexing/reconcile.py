@@ -13,13 +13,13 @@ import errno
 import os
 import stat
 from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
-from store import approvals, assistant_edit, orphans, receipts, thread_meta, trash, turns
+from store import approvals, artifacts, assistant_edit, orphans, receipts, thread_meta, trash, turns
 from store.collab import DELIVERED_META
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
@@ -42,7 +42,7 @@ from store.revisions import (
 )
 from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.transcripts.deleted_log import LoggedDelete
-from store.transcripts.records import meta_of, rfc3339_to_ms
+from store.transcripts.records import Root, meta_of, rfc3339_to_ms, root_named
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
 from store.transcripts.transcript import IMPORT_RECEIPT, MAX_LINE_BYTES, bounded_lines, header_receipts
 
@@ -73,6 +73,9 @@ class TailScan:
     first_import_info: int | None = None
     """Offset of the first ``session_info`` line naming an ``importOrigin``: the line a new import's write
     ends with (the lines before it are that import's; :func:`store.interchange.import_rebuild.restore_imported`)."""
+    root: Root | None = None
+    """The project root the scanned lines so far leave in effect (``records.root_named``; None: none of them
+    names one). Each message line's ``IndexRecord.root`` is the one in effect where it stands."""
 
 
 @dataclass
@@ -195,7 +198,7 @@ def scan_lines(lines: Sequence[bytes], start: int, records: Sequence[Mapping[str
 def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None:
     kind = rec.get("type")
     if kind == "message" and isinstance(rec.get("id"), str):
-        scan.messages.append(IndexRecord(rec, offset, len(line), line=line))
+        scan.messages.append(IndexRecord(rec, offset, len(line), line=line, root=scan.root))
         # a collaboration input (its id the host's, never a client's): its deliver's receipt
         delivered = meta_of(rec).get(DELIVERED_META) if rec["id"].startswith(COLLAB_INPUT_ID_PREFIX) else None
         if isinstance(delivered, dict) and isinstance(delivered.get("receipt"), dict):
@@ -209,6 +212,7 @@ def _take(scan: TailScan, rec: dict[str, Any], offset: int, line: bytes) -> None
     elif kind == "session_info":
         carried = rec.pop("receipt", None)
         scan.session_info = {**(scan.session_info or {}), **rec}
+        scan.root = root_named(rec) or scan.root
         if scan.first_import_info is None and "importOrigin" in rec:
             scan.first_import_info = offset
         if isinstance(carried, dict):
@@ -557,6 +561,8 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
             index.set_index_mark(conn, session_id, plan.file_len, plan.epoch)
         return report
     settings = session_info_settings(scan.session_info)
+    # a tail's lines before any session_info line of its own stand under the root its row holds before them
+    under = Root(artifacts.session_root(conn, session_id)) if row is not None and plan.kind != "full" else None
     if row is None:
         _insert_row(conn, session_id, scan.header, scan.session_info, file_epoch=plan.epoch, now_ms=now_ms)
         report["restoredRow"] = True
@@ -589,8 +595,10 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
             index.touch_session(conn, session_id, written)
     else:
         restore_lost_turns(conn, session_id, [item.record for item in scan.messages])
+        tail = scan.messages if under is None else [item if item.root is not None else replace(item, root=under)
+                                                     for item in scan.messages]
         index.index_messages(
-            conn, session_id, scan.messages, indexed_len=plan.file_len, file_epoch=plan.epoch,
+            conn, session_id, tail, indexed_len=plan.file_len, file_epoch=plan.epoch,
             now_ms=now_ms, touch=False,
         )
         if scan.messages:  # the row moves as the appends' own commits would have moved it (as in "full")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -18,7 +19,7 @@ import orjson
 from store.errors import InvalidInput
 from store.ids import validate_wire_id
 from store.jsonio import now_rfc3339
-from store.rules import MAX_BLOCKS_PER_MESSAGE
+from store.rules import MAX_BLOCKS_PER_MESSAGE, canonical_project_path
 
 ROLES = ("user", "assistant", "tool", "system")
 
@@ -148,6 +149,38 @@ def tool_info(record: Mapping[str, Any]) -> tuple[str | None, bool]:
     if isinstance(meta, Mapping) and meta.get("isError") is True:
         is_error = True
     return name, is_error
+
+
+# -- the project root a line was written under (seed 003 §4.10: artifact paths are workspace-resolved) ----
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """The session's project root where a line stands in its transcript (``path`` None: it had none then).
+
+    The rule, one for the live index and a rebuild: a line was written under the ``projectPath`` of the
+    nearest ``session_info`` line before it that names one (:func:`root_named`). A line no such line
+    precedes (a file written before rewrites kept them, an import's lines) has no ``Root``: it resolves
+    against the session's root as the index holds it when the line is indexed. A rewrite writes a
+    ``session_info`` line naming the root before each kept line whose root differs from the line before it
+    (``store.transcripts.rewrite.plan_rewrite``), so the rule gives every line the root it was written under
+    whatever rewrites came after."""
+
+    path: str | None
+
+
+def root_named(info: Mapping[str, Any]) -> Root | None:
+    """The root a ``session_info`` record sets for the lines after it; None when it names no ``projectPath``."""
+    if "projectPath" not in info:
+        return None
+    path = info["projectPath"]
+    folded = canonical_project_path(path) if isinstance(path, str) else ""
+    return Root(folded or None)
+
+
+def root_line(root: Root) -> dict[str, Any]:
+    """The ``session_info`` record a rewrite writes to set ``root`` for the lines after it (nothing else)."""
+    return {"type": "session_info", "projectPath": root.path}
 
 
 def meta_of(record: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -10,8 +10,11 @@ through three pure-or-synchronous steps that the session actor orders:
    ``throughMessageId`` is gone is dropped, per record) placed after its
    boundary and in its original relative order, the tombstones of surviving
    messages, the approval decisions and the lines of kinds this version does
-   not know after the message they followed (while it survives), and the
-   ``session_info`` line so a rebuilt index keeps the session's metadata.
+   not know after the message they followed (while it survives), a
+   ``session_info`` line naming the project root before each kept message whose
+   root differs from the one before it (the root its Write/Edit paths resolve
+   against: ``records.Root``), and the newest ``session_info`` line so a rebuilt
+   index keeps the session's metadata.
    Offsets are computed here, so no re-scan is needed.
 3. :func:`apply_rewrite` (file: temp + fsync + rename + dir fsync, new header
    epoch) then :func:`reindex` (one DB transaction replacing every row).
@@ -49,7 +52,7 @@ from store.indexing.index import (
 )
 from store.jsonio import dumps_line
 from store.rules import COLLAB_INPUT_ID_PREFIX
-from store.transcripts.records import meta_of, rfc3339_to_ms
+from store.transcripts.records import Root, meta_of, rfc3339_to_ms, root_line
 from store.transcripts.transcript import (
     keep_dropped_lines,
     read_transcript,
@@ -183,6 +186,11 @@ class LiveTranscript:
     tombstones: dict[str, dict[str, Any]] = field(default_factory=dict)
     """messageId → newest tombstone record (deleted true or false)."""
     session_info: dict[str, Any] | None = None
+    roots: dict[str, Root | None] = field(default_factory=dict)
+    """Per message id, the project root its line stands under (``Transcript.roots``): :func:`plan_rewrite`
+    keeps it in position."""
+    root: Root | None = None
+    """The root in effect at the end of the file (the session's), for lines the rewrite brings in."""
     decisions: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
     """``approval_decision`` lines with the id of the message they follow (kept by a rewrite
     while that message survives)."""
@@ -232,6 +240,8 @@ def load_live(path: str | os.PathLike[str], *, default_created_ms: int = 0) -> L
         messages=[m.record for m in t.messages],
         compactions=[c.record for c in t.compactions],
         session_info=t.session_info,
+        roots=dict(t.roots),
+        root=t.root,
         decisions=list(t.decisions),
         valid_length=t.valid_length,
         dropped_offsets=[*t.bad_line_offsets,
@@ -260,6 +270,8 @@ class RewritePlan:
     left_out: list[int] = field(default_factory=list)
     """Offsets of the ``opaque`` lines the body does not hold (the message they followed is gone): kept
     beside the transcript by :func:`apply_rewrite`'s caller (``dropped_offsets``)."""
+    message_roots: list[Root | None] = field(default_factory=list)
+    """Per message, the root it stands under in the new body (None: no line before it names one)."""
 
 
 def _placement(messages: Sequence[Mapping[str, Any]], kept: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -286,6 +298,8 @@ def plan_rewrite(
     session_info: Mapping[str, Any] | None = None,
     decisions: Sequence[tuple[str | None, Mapping[str, Any]]] = (),
     opaque: Sequence[tuple[str | None, int, bytes]] = (),
+    roots: Mapping[str, Root | None] | None = None,
+    root: Root | None = None,
 ) -> RewritePlan:
     """Lay out a rewritten body. Messages must have unique ids (the caller decides which).
 
@@ -294,6 +308,12 @@ def plan_rewrite(
     ``opaque``: lines of kinds this version does not know (``LiveTranscript.unknown``),
     written again byte for byte after their decisions under the same rule; the offsets
     of the others are ``left_out``.
+    ``roots`` (``LiveTranscript.roots``): the project root each old line stands under; a message the
+    rewrite keeps gets a ``session_info`` line naming its root before it when that differs from the root
+    in effect there (``records.root_line``), so a rebuilt index resolves its Write/Edit paths where the
+    live index did (``records.Root``). A message ``roots`` does not hold (one the rewrite brings in) stands
+    under ``root``, the session's now, as the live index resolves it. A leading run of old messages under no
+    named root (a file written before rewrites kept them) stays so. ``roots`` None: no root lines.
     """
     ids = [m["id"] for m in messages]
     if len(set(ids)) != len(ids):
@@ -340,7 +360,17 @@ def plan_rewrite(
         put(rec)
     for line in raw_after.get(None, ()):
         put_raw(line)
+    in_effect: Root | None = None
+    message_roots: list[Root | None] = []
     for i, rec in enumerate(messages):
+        if roots is not None:
+            want = roots[rec["id"]] if rec["id"] in roots else root
+            if want is None and in_effect is not None:
+                want = root  # an old line under no named root, after one that names one: the session's
+            if want is not None and want != in_effect:
+                put(root_line(want))
+                in_effect = want
+        message_roots.append(in_effect)
         msg_spans.append(put(rec))
         for decision in after_msg.get(rec["id"], ()):
             put(decision)
@@ -368,6 +398,7 @@ def plan_rewrite(
         dropped_compactions=[str(c.get("id")) for c in dropped],
         deleted_ids=deleted,
         left_out=left_out,
+        message_roots=message_roots,
     )
 
 
@@ -419,8 +450,10 @@ def rewritten(plan: RewritePlan, epoch: str | None, header_len: int) -> Rewritte
     for body_line in plan.body:
         at[pos] = body_line
         pos += len(body_line)
-    msgs = [IndexRecord(rec, header_len + off, n, line=at.get(off) if len(at.get(off, b"")) == n else None)
-            for rec, (off, n) in zip(plan.messages, plan.message_spans, strict=True)]
+    roots = plan.message_roots or [None] * len(plan.messages)
+    msgs = [IndexRecord(rec, header_len + off, n, line=at.get(off) if len(at.get(off, b"")) == n else None,
+                        root=root)
+            for rec, (off, n), root in zip(plan.messages, plan.message_spans, roots, strict=True)]
     comps = [
         CompactionRecord(rec, header_len + off, n)
         for rec, (off, n) in zip(plan.compactions, plan.compaction_spans, strict=True)

@@ -46,6 +46,7 @@ from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, open_nofollow, write_all
 from store.ids import validate_session_id
 from store.jsonio import dumps_line, loads_line, now_rfc3339
+from store.transcripts.records import Root, root_named
 
 __all__ = [
     "DROPPED_MARKER",
@@ -770,6 +771,11 @@ class Transcript:
     tombstones: dict[str, Tombstone] = field(default_factory=dict)
     """Last tombstone per messageId."""
     session_info: dict[str, Any] | None = None
+    roots: dict[str, Root | None] = field(default_factory=dict)
+    """Per message id, the project root its newest line stands under (``records.Root``; None: no line
+    before it names one): what a rewrite keeps in position (``rewrite.plan_rewrite``)."""
+    root: Root | None = None
+    """The root the file's lines leave in effect at its end (None: none names one)."""
     info_receipts: list[dict[str, Any]] = field(default_factory=list)
     """The receipts the ``session_info`` lines carry (a rename's, a trash's...), in file order: a rewrite,
     which keeps only the newest line, carries them forward in its header."""
@@ -854,6 +860,7 @@ def _take_line(out: Transcript, line: bytes, offset: int, length: int) -> None:
             out.bad_line_offsets.append(offset)
             return
         entry = MessageEntry(mid, record, offset, length)
+        out.roots[mid] = out.root
         existing = out.positions.get(mid)
         if existing is None:
             out.positions[mid] = len(out.messages)
@@ -882,6 +889,7 @@ def _take_line(out: Transcript, line: bytes, offset: int, length: int) -> None:
         out.tombstones[mid] = Tombstone(tid if isinstance(tid, str) else "", mid, deleted, offset)
     elif kind == "session_info":
         out.session_info = record
+        out.root = root_named(record) or out.root
         receipt = record.get("receipt")
         if isinstance(receipt, Mapping):
             out.info_receipts.append(dict(receipt))

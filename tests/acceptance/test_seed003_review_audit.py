@@ -17,7 +17,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from protocol.methods import METHODS
@@ -271,14 +270,12 @@ async def test_a_rewrite_after_the_session_moved_adds_no_artifact_nobody_wrote(t
             assert await _artifacts(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
 
 
-@pytest.mark.xfail(strict=True, reason="a rebuilt index resolves every relative Write against the session's "
-                                       "current root, not the root the live index used when the line came")
 async def test_a_rebuilt_index_lists_an_artifact_where_the_live_index_listed_it(tmp_path: Path) -> None:
     """§4.10 "path -- absolute, workspace-resolved" / README: a relative path "is joined to the session's
     project root (...) so every listed path can be opened". A Write of ``x.md`` while the session's root is A
     is listed as ``A/x.md``; ``session.update`` then moves the session to B. Once the database is lost and
-    rebuilt from the transcript, the listing should still name ``A/x.md`` (the file the tool wrote); today it
-    names ``B/x.md``, a file that does not exist."""
+    rebuilt from the transcript, the listing still names ``A/x.md`` (the file the tool wrote), not ``B/x.md``,
+    a file that does not exist: the root-changing ``session_info`` lines stand where they were written."""
     root = data_dir(tmp_path)
     a, b = _project(tmp_path, "project-a"), _project(tmp_path, "project-b")
     with trio.fail_after(120):
@@ -293,3 +290,42 @@ async def test_a_rebuilt_index_lists_an_artifact_where_the_live_index_listed_it(
         _drop_database(root)
         async with real_host(root) as (proc, c):
             assert await _artifacts(c, sid) == live
+
+
+async def test_a_rebuilt_index_lists_an_artifact_where_the_live_index_listed_it_after_a_rewrite(
+        tmp_path: Path) -> None:
+    """As above, with a rewrite (a regenerate's truncate) between the root change and the loss of the database:
+    a rewrite keeps only the newest ``session_info`` line, so the root ``x.md`` was written under was no longer
+    in the file and the rebuilt listing named ``B/x.md``. The rewrite writes the root each kept line was
+    written under before it; the listing is the live one, after the rewrite, after a restart and after the
+    database is lost (twice: a second rewrite of a rewritten file keeps them too)."""
+    root = data_dir(tmp_path)
+    a, b = _project(tmp_path, "project-a"), _project(tmp_path, "project-b")
+    with trio.fail_after(120):
+        async with real_host(root) as (proc, c):
+            sid = (await c.call("session.create", {"projectPath": str(a)}))["id"]
+            await say(c, sid, "u1", "write x")
+            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w1", "x.md")})
+            await say(c, sid, "a1", "done", "assistant")
+            await c.call("session.update", {"sessionId": sid, "projectPath": str(b)})
+            await say(c, sid, "u2", "write y")
+            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w2", "y.md")})
+            await say(c, sid, "a2", "done", "assistant")
+            live = await _artifacts(c, sid)
+            assert live == [f"{a}/x.md", f"{b}/y.md"]
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
+            assert await _artifacts(c, sid) == live
+            proc.kill9()
+        _drop_database(root)
+        async with real_host(root) as (proc, c):
+            assert await _artifacts(c, sid) == live
+            await say(c, sid, "a3", "again", "assistant")
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a3", "mode": "regenerate"})
+            assert await _artifacts(c, sid) == live
+            proc.kill9()
+        _drop_database(root)
+        async with real_host(root) as (proc, c):
+            assert await _artifacts(c, sid) == live
+            got = await _call(c, "session.get", {"sessionId": sid})
+            assert [m["id"] for m in got["messages"]] == ["u1", "w1", "a1", "u2", "w2"]
+            assert got["session"]["projectPath"] == str(b)  # the session's settings are the newest line's

@@ -17,7 +17,11 @@ import trio
 from runtime.client import HostClient
 from store import artifacts, workspace
 from store.indexing import index
-from tests.dbkit import NOW, add_session
+from store.indexing.appends import Written, index_written
+from store.indexing.reconcile import apply_plan, plan_reconcile
+from store.jsonio import dumps_line
+from store.transcripts.transcript import create_transcript
+from tests.dbkit import NOW, add_session, fresh_db
 from tests.hostkit import client_for, inprocess_host
 
 
@@ -112,3 +116,70 @@ async def test_dot_dot_folds_below_a_windows_drive_and_never_leaves_a_relative_p
             await c.call("session.appendMessage", {"sessionId": bare, "message": _write("m2", "E:\\a\\..\\..\\b")})
             assert await _listed(c, sid) == ["C:/x.py"]
             assert await _listed(c, bare) == ["E:/b"]
+
+
+def _line(rec: dict[str, Any]) -> bytes:
+    return dumps_line({"type": "message", **rec} if "type" not in rec else rec)
+
+
+def _info(root: str) -> bytes:
+    return dumps_line({"type": "session_info", "title": "t", "projectPath": root})
+
+
+def _listed_rows(conn: sqlite3.Connection) -> list[str]:
+    return sorted(r[0] for r in conn.execute("SELECT path FROM artifacts"))
+
+
+def test_lines_caught_up_from_the_file_resolve_against_the_root_they_stand_under(tmp_path: Path) -> None:
+    """Seed 003 §4.10 ("absolute, workspace-resolved") with the rule the live index and a rebuild share
+    (``records.Root``): a tool line resolves against the ``projectPath`` of the ``session_info`` line before
+    it. A tail the index catches up from the file (lines appended after its mark: a lost index op, a boot
+    reconcile) holding ``z.md``, then a move to B, then ``y.md`` lists ``A/z.md`` and ``B/y.md``: the tail's
+    settings were applied before its lines, so ``z.md`` came back as ``B/z.md``."""
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    path = sessions / "s.jsonl"
+    create_transcript(path, "s", NOW, body_lines=[_info("/p/a"), _line(_write("w1", "x.md"))])
+    with conn:
+        apply_plan(conn, "s", plan_reconcile(path, 0, None), now_ms=NOW)
+    assert _listed_rows(conn) == ["/p/a/x.md"]
+    mark = index.index_mark(conn, "s")
+    assert mark is not None
+    with open(path, "ab") as fh:
+        fh.write(_line(_write("w0", "z.md")) + _info("/p/b") + _line(_write("w2", "y.md")))
+    with conn:
+        apply_plan(conn, "s", plan_reconcile(path, mark[0], mark[1]), now_ms=NOW)
+    assert _listed_rows(conn) == ["/p/a/x.md", "/p/a/z.md", "/p/b/y.md"]
+    assert artifacts.session_root(conn, "s") == "/p/b"
+    (tmp_path / "rebuilt").mkdir()
+    rebuilt = fresh_db(tmp_path / "rebuilt" / "pi.sqlite")
+    with rebuilt:
+        apply_plan(rebuilt, "s", plan_reconcile(path, 0, None), now_ms=NOW)
+    assert _listed_rows(rebuilt) == _listed_rows(conn)
+
+
+def test_a_live_index_op_resolves_a_line_after_a_root_change_in_the_same_op_against_the_new_root(
+        tmp_path: Path) -> None:
+    """The same rule on the live path (``appends.index_written``): lines written together, a move to B then a
+    Write of ``y.md``, list ``B/y.md`` as a rebuild of that file does; the op indexed its messages before its
+    ``session_info`` line and listed ``A/y.md``."""
+    conn = fresh_db(tmp_path / "pi.sqlite")
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    path = sessions / "s.jsonl"
+    create_transcript(path, "s", NOW, body_lines=[_info("/p/a")])
+    with conn:
+        apply_plan(conn, "s", plan_reconcile(path, 0, None), now_ms=NOW)
+    start, epoch = index.index_mark(conn, "s") or (0, None)
+    lines = [_info("/p/b"), _line(_write("w2", "y.md"))]
+    with open(path, "ab") as fh:
+        fh.write(b"".join(lines))
+    with conn:
+        index_written(conn, Written("s", path, start, start + sum(map(len, lines)), epoch, lines), now_ms=NOW)
+    assert _listed_rows(conn) == ["/p/b/y.md"]
+    (tmp_path / "rebuilt").mkdir()
+    rebuilt = fresh_db(tmp_path / "rebuilt" / "pi.sqlite")
+    with rebuilt:
+        apply_plan(rebuilt, "s", plan_reconcile(path, 0, None), now_ms=NOW)
+    assert _listed_rows(rebuilt) == ["/p/b/y.md"]
