@@ -40,7 +40,7 @@ from store.fsutil import atomic_write, fsync_dir
 from store.indexing import index
 from store.revisions import revision_line, revision_live_line, root_before, with_stamp
 from store.tombstones import tombstone_record
-from store.transcripts.records import ms_to_rfc3339
+from store.transcripts.records import Root, ms_to_rfc3339
 from store.transcripts.rewrite import RewritePlan, plan_rewrite
 
 ORIGINAL_REVISION = 1
@@ -80,6 +80,8 @@ def plan_assistant_edit(
     message_id: str,
     blocks: Sequence[Mapping[str, Any]],
     now_ms: int,
+    roots: Mapping[str, Root | None] | None = None,
+    root: Root | None = None,
 ) -> EditPlan:
     """Lay out the child of an Assistant Edit. Nothing is written.
 
@@ -102,7 +104,7 @@ def plan_assistant_edit(
     # the selected reply's own tombstone is not carried: the edited reply is a new message
     kept_tombs = {k: v for k, v in tombstones.items() if k != message_id}
     fork = plan_fork(source_id, child_id, messages, compactions, kept_tombs, session_info,
-                     through_message_id=message_id, now_ms=now_ms)
+                     through_message_id=message_id, now_ms=now_ms, roots=roots, root=root)
     child_msgs = [dict(msg) for msg in fork.plan.messages]
     original = child_msgs[-1]
     rpos = root_before(child_msgs, len(child_msgs) - 1)
@@ -119,7 +121,12 @@ def plan_assistant_edit(
         for old, tomb in kept_tombs.items()
         if old in fork.id_map and tomb.get("deleted", True) is True
     }
-    plan = plan_rewrite(live, fork.plan.compactions, tombstones=tombs, session_info=dict(session_info))
+    # the child's lines stand under the roots the fork gave them (``records.Root``); the edited reply under the
+    # session's
+    child_roots = None if roots is None else {
+        str(msg["id"]): under for msg, under in zip(fork.plan.messages, fork.plan.message_roots, strict=True)}
+    plan = plan_rewrite(live, fork.plan.compactions, tombstones=tombs, session_info=dict(session_info),
+                        roots=child_roots, root=root)
     lines = [
         revision_line(family, ORIGINAL_REVISION, original_tail, {}, created_at_ms=now_ms),
         revision_live_line(family, EDITED_REVISION, created_at_ms=now_ms, message_count=len(live) - rpos),

@@ -48,6 +48,7 @@ from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, open_nofollow, remove_file_durable, write_all
 from store.indexing import index
 from store.tombstones import tombstone_record
+from store.transcripts.records import Root
 from store.transcripts.rewrite import RewritePlan, Rewritten, plan_rewrite, reindex, rewritten
 from store.transcripts.transcript import header_line
 
@@ -193,8 +194,13 @@ def plan_fork(
     *,
     through_message_id: str | None = None,
     now_ms: int,
+    roots: Mapping[str, Root | None] | None = None,
+    root: Root | None = None,
 ) -> ForkPlan:
-    """Lay out the child's transcript body. Raises MESSAGE_NOT_FOUND for an unknown boundary."""
+    """Lay out the child's transcript body. Raises MESSAGE_NOT_FOUND for an unknown boundary.
+
+    ``roots``/``root`` (``LiveTranscript.roots``/``root``): the project root each source line stands under
+    and the session's; the child's copy of a line stands under the same (``plan_rewrite``)."""
     ids = [str(m["id"]) for m in messages]
     if through_message_id is not None:
         through_message_id = index.find_line_id(source_id, through_message_id, ids) or through_message_id
@@ -221,7 +227,9 @@ def plan_fork(
             new_mid = id_map[old_id]
             tombs[new_mid] = tombstone_record(derived_id(child_id, "tombstone", old_id), new_mid, True,
                                               created_at_ms=now_ms)
-    plan = plan_rewrite(new_msgs, new_comps, tombstones=tombs, session_info=dict(session_info))
+    child_roots = None if roots is None else {id_map[mid]: r for mid, r in roots.items() if mid in id_map}
+    plan = plan_rewrite(new_msgs, new_comps, tombstones=tombs, session_info=dict(session_info), roots=child_roots,
+                        root=root)
     return ForkPlan(child_id, plan, id_map, frozenset(remap.pasted_refs), [str(c.get("id")) for c in dropped])
 
 

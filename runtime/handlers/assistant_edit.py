@@ -74,7 +74,8 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
     message_id = str(live.messages[pos]["id"])
     # the child's whole transcript serialized: this actor's worker thread's work, not the trio loop's
     edit = await ctx.io(lambda: plan_assistant_edit(sid, child, live.messages, live.compactions, live.tombstones,
-                                                    info, message_id=message_id, blocks=blocks, now_ms=now))
+                                                    info, message_id=message_id, blocks=blocks, now_ms=now,
+                                                    roots=live.roots, root=live.root))
     child_paths = ctx.services.paths(child)
     if await ctx.io(child_paths.transcript.exists):
         # a published child whose receipt row is not (yet) restored: never touch its files

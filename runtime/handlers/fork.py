@@ -54,7 +54,8 @@ async def fork(ctx: SessionContext, p: m.ForkParams, key: ReceiptKey | None) -> 
     info = {"type": "session_info", **settings, "updatedAt": ms_to_rfc3339(now)}
     # the child's whole transcript serialized: this actor's worker thread's work, not the trio loop's
     plan = await ctx.io(lambda: plan_fork(sid, child, live.messages, live.compactions, live.tombstones, info,
-                                          through_message_id=through, now_ms=now))
+                                          through_message_id=through, now_ms=now, roots=live.roots,
+                                          root=live.root))
     child_paths = ctx.services.paths(child)
     pasted_src = ctx.paths.scratch / "pasted"
     project_id = row.get("projectId")

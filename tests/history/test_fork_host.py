@@ -249,3 +249,41 @@ async def test_sigkill_during_fork_gives_no_child_or_a_whole_one(tmp_path, point
             assert (tmp_path / "scratch" / cid / "pasted" / "a.txt").read_text() == "A"
             await index_caught_up(host)
             assert_index_matches_file(tmp_path, cid)
+
+
+def _write(mid: str, path: str) -> dict[str, Any]:
+    return {"id": mid, "role": "tool", "toolName": "Write", "blocks": [
+        {"type": "tool_call", "callId": f"c-{mid}", "name": "Write", "args": {"path": path}, "status": "ok"}]}
+
+
+async def test_a_fork_and_an_assistant_edit_list_a_copied_write_where_the_source_wrote_it(tmp_path: Path) -> None:
+    """Seed 003 §4.10 ("absolute, workspace-resolved") with the rule of ``records.Root``: a Write of ``x.md``
+    while the session's root was A, then ``session.update`` to B. The child of a fork (and of an Assistant
+    Edit) holds a copy of that line: it lists ``A/x.md``, the file the tool wrote, as the source does, and
+    keeps it once the database is lost; it listed ``B/x.md``."""
+    a, b = tmp_path / "project-a", tmp_path / "project-b"
+    a.mkdir()
+    b.mkdir()
+    data = tmp_path / "data"
+
+    async def listed(c: Any, sid: str) -> list[str]:
+        return sorted(x["path"] for x in (await c.call("artifacts.list", {"sessionId": sid}))["artifacts"])
+
+    with trio.fail_after(60):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {"projectPath": str(a)}))["id"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", "write x")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w1", "x.md")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg("a1", "done", "assistant")})
+            await c.call("session.update", {"sessionId": sid, "projectPath": str(b)})
+            child = (await c.call("session.fork", {"sessionId": sid}))["id"]
+            edited = (await c.call("session.assistantEdit", {"sessionId": sid, "messageId": "a1", "blocks": [
+                {"type": "text", "text": "edited"}]}))["session"]["id"]
+            for s in (sid, child, edited):
+                assert await listed(c, s) == [f"{a}/x.md"], s
+    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+        (data / name).unlink(missing_ok=True)
+    with trio.fail_after(60):
+        async with inprocess_host(data) as host, client_for(host) as c:
+            for s in (sid, child, edited):
+                assert await listed(c, s) == [f"{a}/x.md"], s
