@@ -649,10 +649,12 @@ def bytes_gone(conn: sqlite3.Connection, sha: str) -> bool:
 
 
 def record_ref(conn: sqlite3.Connection, sha: str, session_id: str, message_id: str | None, now_ms: int) -> bool:
-    """Reference a live blob from a session (message); True if the reference is new."""
+    """Reference a live blob from a session (message); True if the reference is new. A blob whose bytes are
+    gone (deleted behind the host's back, not yet marked by a GC: :func:`bytes_gone`) is not live."""
     blob = blob_row(conn, validate_sha(sha))
-    if blob is None or blob["deletionState"] != "live":
-        raise NotFound(f"attachment {sha} not found (never stored or evicted)", data={"sha256": sha})
+    if blob is None or blob["deletionState"] != "live" or bytes_gone(conn, sha):
+        raise NotFound(f"attachment {sha} not found (never stored, evicted, or its bytes are gone)",
+                       data={"sha256": sha})
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
         raise SessionNotFound(f"session {session_id} not found", data={"sessionId": session_id})
     conn.execute("UPDATE attachment_blobs SET last_used_at = MAX(last_used_at, ?) WHERE sha256 = ?",

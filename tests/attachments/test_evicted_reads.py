@@ -12,9 +12,10 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
-from runtime.client import HostClient
+from runtime.client import HostClient, RpcError
 from tests.hostkit import client_for, inprocess_host, msg
 
 
@@ -174,3 +175,20 @@ async def test_a_blob_deleted_by_hand_while_the_host_was_stopped_does_not_read_l
             after = await c.call("attachments.get", {"sha256": gone})
             assert after["deletionState"] == "evicted" and "evictedAt" in after
             assert after["references"] == got["references"]
+
+
+async def test_a_reference_to_a_blob_whose_bytes_are_gone_is_refused(tmp_path: Path) -> None:
+    """Seed 000 §2.3 (references are marked before bytes go: none points at missing bytes unmarked).
+    ``attachments.ref`` of a blob deleted by hand while the host was stopped is ``NOT_FOUND``, as for an
+    evicted one, and records nothing; it made an unmarked reference to bytes that are not there."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            gone = await _put(c, b"g" * 100)
+    (tmp_path / "attachments" / gone).unlink()
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            with pytest.raises(RpcError) as exc:
+                await c.call("attachments.ref", {"sha256": gone, "sessionId": sid, "messageId": "m1"})
+            assert exc.value.data_code == "NOT_FOUND"
+            assert (await c.call("attachments.get", {"sha256": gone}))["references"] == []
