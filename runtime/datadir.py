@@ -12,7 +12,8 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -285,3 +286,48 @@ class DataDirLock:
             finally:
                 os.close(self._fd)
                 self._fd = None
+
+
+@contextmanager
+def held_leaving_no_file(data_dir: DataDir) -> Iterator[None]:
+    """Hold the data directory's lock; a ``host.lock`` created here is unlinked before it is released
+    (``pi-host doctor``, and a host's start before it decides to serve, leave no file that was not there).
+
+    Whether the file was there is decided atomically (``O_EXCL``), so a lock file a
+    host created is never removed; ours is removed while we still hold it, so no
+    host can be holding it then.
+    """
+    created = _create_if_absent(data_dir.lock_path)
+    try:
+        lock = DataDirLock(data_dir)
+        lock.acquire()  # DataDirLocked: a host took the file meanwhile; it stays, it is the host's now
+        try:
+            yield
+        finally:
+            try:
+                if created is not None:
+                    _unlink_if_same(data_dir.lock_path, created)
+            finally:
+                lock.release()
+    finally:
+        if created is not None:
+            os.close(created)
+
+
+def _create_if_absent(path: Path) -> int | None:
+    """An fd of ``path`` when this call created it; None when it already existed."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return None
+
+
+def _unlink_if_same(path: Path, fd: int) -> None:
+    """Remove ``path`` if it is still the file ``fd`` was opened on."""
+    mine = os.fstat(fd)
+    try:
+        there = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+        path.unlink()
