@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from runtime.datadir import DataDir
+from runtime.datadir import DataDir, held_leaving_no_file
 from store import collab, plugins, projects, review, schedule
 from store.approvals import apply_recorded_decisions
 from store.attachments import AttachmentFiles
@@ -55,6 +55,7 @@ from store.indexing.database import (
     incremental_vacuum,
     open_writer,
     prune_quarantined,
+    refuse_early,
     salvage_owed_by_marker,
     sqlite_failure,
     sweep_quarantine_temps,
@@ -137,6 +138,20 @@ def load_or_create_token(data_dir: DataDir) -> str:
     finally:
         os.close(fd)
     return token
+
+
+def refuse_before_writing(data_dir: DataDir, *, now_ms: int) -> None:
+    """Raise the refusal opening the index will give (a database newer than this build, a version no release
+    wrote, a seed-era row the guarded migration refuses: seed §7 "fail closed"), before the host writes
+    anything into the data directory: its folders, their modes, the lock and token files, the logs.
+
+    Decided under the data directory's lock (:class:`~runtime.datadir.DataDirLocked` when a host holds it);
+    a ``host.lock`` taken for that is removed again. The refusal writes only what opening the index would
+    (the backup of the starting version, seed §7). A directory with no database returns at once."""
+    if not data_dir.db_path.is_file():
+        return
+    with held_leaving_no_file(data_dir):
+        refuse_early(data_dir.db_path, quarantine_dir=data_dir.quarantine_dir, now_ms=now_ms)
 
 
 def _session_ids_on_disk(data_dir: DataDir) -> set[str]:

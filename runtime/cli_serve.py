@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from protocol.models import build_all as build_wire_models
-from runtime.boot import BootInterrupted
+from runtime.boot import BootInterrupted, refuse_before_writing
 from runtime.config import HostConfig
 from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
 from runtime.host import Shutdown, run_host
@@ -65,6 +65,16 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
     # side); a root given by --data-dir or PI_DESKTOP_DATA_DIR is named by the "listening" line.
     if args.root_source in ("packaged", "dev"):
         print(DataDir.describe(data_dir.root, args.root_source), file=sys.stderr, flush=True)
+    try:
+        # a start the index's migration refuses leaves the data directory as it found it (seed §7)
+        refuse_before_writing(data_dir, now_ms=time.time_ns() // 1_000_000)
+    except (DataDirLocked, StoreError) as exc:
+        code = _serve_failure(exc, args)
+        if code is None:
+            raise
+        return code
+    except OSError:
+        pass  # a directory it may not read or write: said by the steps below, as before
     try:
         data_dir.ensure()
     except DataDirUnsafe as exc:

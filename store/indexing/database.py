@@ -37,6 +37,7 @@ from store.upgrade.migrations import (
     free_path,
     migrate,
     move_db_family,
+    preflight_refusal,
     refuse_before_writing,
     reset_database,
     schema_too_new,
@@ -544,6 +545,70 @@ def open_writer(
     if result.applied:
         report.migrated_from = result.from_version
     return conn, report
+
+
+@contextmanager
+def _looking(db_path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to ``db_path``; sidecars it had to create are removed when it is closed."""
+    existed = {s: Path(f"{db_path}{s}").exists() for s in ("-wal", "-shm")}
+    try:
+        conn = sqlite3.connect(_ro_uri(db_path), uri=True, isolation_level=None)
+        try:
+            yield conn
+        finally:
+            conn.close()
+    finally:
+        for suffix, was_there in existed.items():
+            if not was_there:
+                Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+
+
+def _peek_version(db_path: Path) -> tuple[int, bool] | None:
+    """``user_version`` and whether any schema object exists, read without a ``quick_check`` (None: the file
+    does not read as a database, or only a read-write connection could read it)."""
+    try:
+        with _looking(db_path) as conn:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] if version == 0 else 1
+            return version, objects > 0
+    except (sqlite3.Error, UnicodeDecodeError):
+        return None
+
+
+def refuse_early(db_path: Path, *, quarantine_dir: Path, now_ms: int, platform: str | None = None) -> None:
+    """Raise the refusal :func:`open_writer` would raise for ``db_path`` (:class:`SchemaTooNew`,
+    ``SchemaUnknown``, the guarded step's :class:`MigrationFailed`), else return having written nothing.
+
+    For a host to run before it writes anything else into its data directory (seed §7: a refused start
+    leaves the directory as it found it). A current, new, damaged or unreadable file returns at once: the
+    host's boot opens it as ever. Only when the read-only look says the open would refuse is
+    :func:`open_writer` itself run, so the refusal (its message, and the backup of the starting version it
+    leaves) is the one a boot would have given.
+    """
+    db_path = Path(db_path)
+    if not db_path.is_file():
+        return
+    peek = _peek_version(db_path)
+    if peek is None:
+        return
+    action = classify(*peek)
+    if action is OpenAction.TOO_NEW:
+        raise schema_too_new(db_path, peek[0])
+    if action not in (OpenAction.UNKNOWN, OpenAction.UPGRADE):
+        return
+    probe = probe_database(db_path)  # a damaged file is quarantined by the boot, not refused
+    if probe.corrupt:
+        return
+    action = classify(probe.user_version, probe.has_schema)
+    if action is OpenAction.UPGRADE:
+        with _looking(db_path) as conn:
+            refusal = preflight_refusal(conn, platform=platform)
+        if refusal is None:
+            return
+    elif action is not OpenAction.UNKNOWN:
+        return
+    conn, _report = open_writer(db_path, quarantine_dir=quarantine_dir, now_ms=now_ms, platform=platform)
+    conn.close()  # not refused after all (the file changed since the look): the boot opens it as ever
 
 
 def open_reader(db_path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:

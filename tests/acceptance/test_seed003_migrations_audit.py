@@ -8,8 +8,8 @@ processes, looked at over WebSocket and by reading the files. Only what older te
   backup a v16 file), ``largePasteThreshold`` out of range in a migrated blob, a transcript whose header
   says a newer file schema;
 * the pre-v7 archive is the old file with its ``-wal`` folded in, byte for byte;
-* a refusal leaves every file of the directory as it was (bytes and mode); what it adds is the backup, and
-  what any start makes before it opens the database (its lock, token, empty log, empty seed §2 folders);
+* a refusal leaves every file and folder of the directory as it was (bytes and mode); what it adds is the
+  backup alone;
 * SIGKILL at the moments tests/migrations/test_crash_chain.py leaves out of each seed step (after the commit
   of every step, after the backup of 8→11, 14→15 and 16→17): one version at a time, never half-migrated,
   every backup byte-exact, every row once at the end, and the launch after that a plain open.
@@ -217,8 +217,8 @@ REFUSALS = {
 def test_a_refusal_leaves_the_directory_as_it_was_apart_from_the_backup(tmp_path: Path, case: str) -> None:
     """§7 item 9: "... unknown or wrong-platform defaultCommandShell ... fails closed, rolls back the
     transaction, and leaves the pre-migration schema authoritative; the backup remains available for
-    recovery" — and the refusal names the value; no file of the directory is rewritten or re-moded, and the
-    only new file with content besides the backup is the start's own lock and token."""
+    recovery" — and the refusal names the value; no file or folder of the directory is rewritten or
+    re-moded, and the only new file is the backup."""
     version, tweak, named, rollback_journal = REFUSALS[case]
     data = tmp_path / "data"
     seed = build_seed_dir(data, version, tweak=tweak)
@@ -231,15 +231,10 @@ def test_a_refusal_leaves_the_directory_as_it_was_apart_from_the_backup(tmp_path
     assert named in done.stderr and f"schema v{version} stays authoritative" in done.stderr, done.stderr[-2000:]
     after = _tree(data)
     backup = f"pi.sqlite.v{version}.bak"
-    files = {k: v for k, v in before.items() if v[1] is not None}
-    assert {k: after.get(k) for k in files} == files, "a file of the directory changed"
-    assert set(before) <= set(after)  # (its folders are made owner-only, as any start does: seed §2)
-    # what is new: the backup, and what any start makes before it opens the database (its lock, its token,
-    # its empty log and the seed §2 folders, empty)
-    added = {k: v for k, v in after.items() if k not in before}
-    assert backup in added and {"host.lock", "host.token"} <= set(added)
-    others = {k: v for k, v in added.items() if k not in (backup, "host.lock", "host.token")}
-    assert all(body in (None, b"") for _mode, body in others.values()), sorted(others)
+    # what is new is the backup alone: the refusal is decided before the start writes its lock, its token,
+    # its log or the seed §2 folders, or makes any folder owner-only (tests/migrations/test_refused_start.py)
+    assert backup in after
+    assert {k: v for k, v in after.items() if k != backup} == before, "the refused start changed the directory"
     _assert_exact_backup(data / backup, original, version)
 
 
