@@ -52,7 +52,12 @@ def _shared_lock(data_dir: DataDir) -> Iterator[None]:
     try:
         fd = os.open(data_dir.lock_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
-        raise OfflineRefused(f"{data_dir.root} is not a pi-host data directory (no host.lock)") from None
+        if not data_dir.db_path.is_file():
+            raise OfflineRefused(f"{data_dir.root} is not a pi-host data directory (no host.lock)") from None
+        # an index no host has served here yet (an earlier app's directory, or a start a fail-closed migration
+        # refused, which leaves no lock file behind): no host to share a lock with; the read is read-only
+        yield
+        return
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

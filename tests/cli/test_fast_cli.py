@@ -101,6 +101,23 @@ def test_offline_reads_and_completion_import_no_host(tmp_path: Path) -> None:
     assert imported(modules, HOST_MODULES + TALKING_MODULES) == []
 
 
+def test_an_index_without_a_lock_file_is_read_offline_and_left_without_one(tmp_path: Path) -> None:
+    """A directory holding an index but no ``host.lock`` (an earlier app's, or one whose start a fail-closed
+    migration refused: that start leaves no lock file behind) is read offline like any other, and the read
+    leaves no lock file either; a directory with neither stays "not a pi-host data directory"."""
+    data = tmp_path / "data"
+    host = start_host_process(data)
+    try:
+        sid = trio.run(_seed, host)
+    finally:
+        host.terminate()
+        host.proc.communicate()
+    (data / "host.lock").unlink()
+    code, out, _ = run_cli(tmp_path, "--data-dir", str(data), "sessions", "--ids")
+    assert code == 0 and sid in out, out
+    assert not (data / "host.lock").exists()
+
+
 def test_reads_on_a_running_host_import_the_client_but_no_host(tmp_path: Path) -> None:
     """`status` and `sessions --ids` with a host running: the client talks to it; the host is not imported."""
     data = tmp_path / "data"
