@@ -21,9 +21,11 @@ project groups, project and group memory, group instructions, skills (name,
 version, source, description, origin, updatedAt). Apply merges it
 in ONE transaction (it adds and updates, never deletes; a local provider
 row's key stays local; a skill is taken when this host lacks it or holds an
-older ``updatedAt``, through ``skills.put``'s rules); a document that breaks any
+older ``updatedAt``, through ``skills.put``'s rules; groups, memories and skills
+keep the times the bundle carries); a document that breaks any
 rule (settings, provider config, memory, a group root another group holds, a
-skill version that names other source here) is refused whole.
+skill version that names other source here, a group's or a memory's time that
+is not an integer count of milliseconds) is refused whole.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, open_nofollow, remove_file_durable
 from store.indexing import index
 from store.jsonio import dumps_exact, loads_exact
-from store.project_memory import EMPTY, memory_view, normalize_memory
+from store.project_memory import memory_view, normalize_memory
 from store.receipts import ReceiptKey, key_of_record
 from store.rules import MAX_BUNDLE_BYTES
 from store.safe_open import read_bounded
@@ -361,7 +363,7 @@ def _apply_skill(conn: sqlite3.Connection, item: Any, now_ms: int) -> bool:
         raise InvalidInput("bundle.skills: each entry needs a name", data={"field": "bundle.skills"})
     local = skills.get_skill(conn, item["name"])
     theirs = item.get("updatedAt")
-    stamped = isinstance(theirs, int) and not isinstance(theirs, bool) and 0 <= theirs < 2**63
+    stamped = _is_time(theirs)
     if local is not None and (not stamped or local.get("updatedAt", 0) >= theirs):
         return False
     # the copy keeps the bundle's edit time: stamped with the apply's clock, a copy relayed through another
@@ -398,9 +400,27 @@ def _apply_provider(conn: sqlite3.Connection, item: Any, now_ms: int) -> bool:
     return True
 
 
+def _is_time(value: Any) -> bool:
+    """A sane time in milliseconds: an integer (not a bool) from 0 to below 2**63."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _bundle_times(item: Mapping[str, Any], fields: tuple[str, ...], where: str) -> dict[str, int]:
+    """The times ``item`` carries (an absent one is left out: the apply's clock stands in); one that is not a
+    sane time in milliseconds refuses the bundle, as its other bad values do."""
+    for name in fields:
+        if name in item and not _is_time(item[name]):
+            raise InvalidInput(f"{where}.{name} must be a time in milliseconds (an integer, 0 to 2**63-1)",
+                               data={"field": f"{where}.{name}"})
+    return {name: item[name] for name in fields if name in item}
+
+
 def _put_group(conn: sqlite3.Connection, record: Any, now_ms: int) -> None:
+    """Create or update a group as the bundle carries it, with its ``createdAt`` / ``updatedAt``: its times
+    travel with it (stamped with the apply's clock, a copy would read as edited when it arrived)."""
     if not isinstance(record, dict) or not isinstance(record.get("id"), str):
         raise InvalidInput("bundle.projectGroups: each entry needs an id", data={"field": "bundle.projectGroups"})
+    times = _bundle_times(record, ("createdAt", "updatedAt"), "bundle.projectGroups")
     gid = record["id"]
     exists = get_value(conn, project_groups.GROUPS_NS, gid, lenient=True) is not None
     saved = project_groups.save_group(conn, gid if exists else None, str(record.get("name", "")),
@@ -410,6 +430,8 @@ def _put_group(conn: sqlite3.Connection, record: Any, now_ms: int) -> None:
     merged = list(dict.fromkeys([*saved.get("detachedPaths", []), *detached]))
     if merged:
         saved["detachedPaths"] = merged[-project_groups.MAX_DETACHED:]
+    if merged or times:
+        saved.update(times)
         set_value(conn, project_groups.GROUPS_NS, gid, saved, now_ms)
 
 
@@ -480,9 +502,11 @@ def apply_portable(conn: sqlite3.Connection, doc: dict[str, Any], now_ms: int, p
     for ns, section in (("projectMemory", "projectMemory"), (project_groups.MEMORY_NS, "projectGroupMemory")):
         for key, value in _section(doc, section, dict).items():
             stored_key = index.normalize_project_path(key) if ns == "projectMemory" else key
+            times = _bundle_times(value, ("updatedAt",), f"bundle.{section}") if isinstance(value, dict) else {}
             memory = normalize_memory(value, now_ms, field=f"bundle.{section}")
-            if memory is EMPTY:
+            if not isinstance(memory, dict):  # EMPTY
                 continue  # apply adds and updates, never deletes: an empty memory leaves the local one
+            memory.update(times)  # its edit time travels with it (text carries none: the apply's clock)
             set_value(conn, ns, stored_key, memory, now_ms)
             counts["memory"] += 1
     for gid, text in _section(doc, "projectGroupInstructions", dict).items():

@@ -22,8 +22,9 @@ a transcript; which client kinds may call the configSync methods; and ``largePas
 (writes validate 1-1,000,000; a stored value reads as 600 when unusable and such a host's bundle still applies).
 
 Found and fixed with it: an applied skill took the apply's clock as its ``updatedAt`` (a copy then beat a
-later edit made elsewhere); a bundle's unusable app setting was dropped and the rest applied, not refused;
-another format version's magic was ``tampered``, not ``unsupported``.
+later edit made elsewhere), and so did an applied group (``createdAt`` too) and memory; a bundle's unusable
+app setting was dropped and the rest applied, not refused; another format version's magic was ``tampered``,
+not ``unsupported``.
 """
 
 from __future__ import annotations
@@ -290,6 +291,52 @@ async def test_the_newest_skill_edit_wins_even_when_the_older_one_is_relayed_by_
             assert (await c.call("skills.get", {"name": "notes"}))["skill"] == c_edit
 
 
+async def test_applied_groups_and_memories_keep_the_bundle_times_and_a_bad_time_refuses_the_bundle(
+        tmp_path: Path) -> None:
+    """README §8.7: an applied group and memory keep the bundle's ``createdAt`` / ``updatedAt``, as a skill
+    keeps its ``updatedAt``: an item's times travel with it (a later newest-wins comparison needs them). They
+    were stamped with the applying host's clock. A time that is not an integer count of milliseconds in range
+    (a string, a bool, a float, a negative one, one past 64 bits) refuses the bundle whole: nothing changes.
+    The stamps are fixed numbers, never compared with a host's clock."""
+    data = data_dir(tmp_path)
+    project = str(tmp_path / "parser")
+    group = {"id": "g-synced", "name": "Parser", "roots": [project, str(tmp_path / "lexer")],
+             "primaryRoot": project, "createdAt": 1_000, "updatedAt": 2_000}
+
+    def memory(text: str, at: Any) -> dict[str, Any]:
+        return {"format": "entries-v1", "entries": [{"id": "e1", "title": "", "content": text}], "updatedAt": at}
+
+    doc = {"schema": 1, "projects": [{"path": project}], "projectGroups": [group],
+           "projectGroupMemory": {"g-synced": memory("shared memory", 3_000)},
+           "projectMemory": {project: memory("use pnpm", 4_000)}}
+    with trio.fail_after(90):
+        async with real_host(data, client_id=CLIENT) as (_p, c):
+            await c.call("configSync.configure", {"vaultKey": VAULT_KEY})
+            await c.call("configSync.apply", {"bundleBase64": _b64(sync.encode_bundle(_key(), doc))})
+            got = await c.call("projectGroups.get", {"groupId": "g-synced"})
+            assert (got["group"]["createdAt"], got["group"]["updatedAt"]) == (1_000, 2_000), got["group"]
+            assert got["memory"]["updatedAt"] == 3_000, got["memory"]
+            mem = (await c.call("settings.get", {"ns": "projectMemory", "key": project}))["value"]
+            assert mem["updatedAt"] == 4_000, mem
+            # they travel on: this host's export carries them as it took them
+            out = sync.decode_bundle(_key(), base64.b64decode((await c.call("configSync.export", {}))["bundleBase64"]))
+            assert [(g["createdAt"], g["updatedAt"]) for g in out["projectGroups"]] == [(1_000, 2_000)]
+            assert out["projectGroupMemory"]["g-synced"]["updatedAt"] == 3_000
+            assert out["projectMemory"][project]["updatedAt"] == 4_000
+            before = probe.state(data)
+            for bad in ("5000", True, 5000.5, -1, 2**63, None):
+                for broken in (
+                    doc | {"projectGroups": [group | {"updatedAt": bad}]},
+                    doc | {"projectGroups": [group | {"createdAt": bad}]},
+                    doc | {"projectGroupMemory": {"g-synced": memory("shared memory", bad)}},
+                    doc | {"projectMemory": {project: memory("use pnpm", bad)}},
+                ):
+                    code, err = await error_of(c, "configSync.apply",
+                                               {"bundleBase64": _b64(sync.encode_bundle(_key(), broken))})
+                    assert code == "INVALID_PARAMS" and str(err.get("field", "")).endswith("At"), (bad, err)
+                    assert probe.state(data) == before, bad
+
+
 # ------------------------------------------------------------------ a stable round trip
 
 
@@ -310,24 +357,19 @@ async def _fill(c: HostClient, tmp: Path) -> None:
     await c.call("skills.put", {"name": "release-notes", "version": "1.0.0", "source": "---\nname: rn\n---\n"})
 
 
-def _stamps_aside(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _stamps_aside(v) for k, v in value.items() if k not in ("createdAt", "updatedAt", "exportedAt")}
-    if isinstance(value, list):
-        return [_stamps_aside(v) for v in value]
-    return value
-
-
 def _doc(bundle: str) -> dict[str, Any]:
-    """The bundle's document, its times aside (a group and a memory are stamped where they are saved)."""
-    doc: dict[str, Any] = _stamps_aside(sync.decode_bundle(_key(), base64.b64decode(bundle)))
+    """The bundle's document, its export time aside: a group's, a memory's and a skill's times travel with
+    them (an applied group and memory were stamped with the applying host's clock)."""
+    doc: dict[str, Any] = sync.decode_bundle(_key(), base64.b64decode(bundle))
+    doc.pop("exportedAt")
     return doc
 
 
 async def test_export_apply_export_is_a_stable_round_trip(tmp_path: Path) -> None:
     """README §8.7: "configSync.export encrypts the portable configuration ... configSync.apply verifies and
     decrypts a bundle ... and merges it". What A exports, B applies and exports again is the same document (its
-    export time aside), and so is what A then exports after applying B's; a second apply changes nothing."""
+    export time aside: the items' own times travel with them), and so is what A then exports after applying B's;
+    a second apply changes nothing."""
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
