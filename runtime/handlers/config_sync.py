@@ -12,7 +12,8 @@
   ``exportedAt``), and a retry answered from the row reads the bundle back from
   ``pending.bin`` (byte for byte what it answered) while its SHA-256 is the one
   the stand-in names; once another export replaced it, that retry is
-  ``CONFLICT`` (``data.reason: "superseded"``), never another bundle. A
+  ``CONFLICT`` (``data.reason: "superseded"``; ``"damaged"`` when the file is
+  gone or fails authentication), never another bundle. A
   keyed export records itself beside the bundle (``pending.receipt``) before the
   commit: a retry whose receipt row a crash before the commit, or a lost
   database, took answers the bundle ``pending.bin`` still holds and writes
@@ -168,8 +169,20 @@ async def _vault_key(ctx: HostContext) -> bytes:
 
 
 async def export_answer(ctx: HostContext, stored: Any) -> Any:
-    """A keyed export's answer, from its receipt row's stand-in and ``pending.bin`` (``sync.export_answer``)."""
-    return await ctx.in_thread(sync.export_answer, ctx.services.data_dir.root / "config-sync", stored)
+    """A keyed export's answer, from its receipt row's stand-in and ``pending.bin`` (``sync.export_answer``).
+    The vault key tells a ``pending.bin`` damaged on disk from one a later export wrote (``data.reason``
+    ``damaged`` / ``superseded``); with none stored, that is not known."""
+    directory = ctx.services.data_dir.root / "config-sync"
+    try:
+        return await ctx.in_thread(sync.export_answer, directory, stored)
+    except Conflict as exc:
+        if exc.data.get("reason") != "superseded":
+            raise
+        try:  # only now: a retry whose bundle is there never needs the vault
+            vault_key = await _vault_key(ctx)
+        except StoreError:
+            raise exc from None
+        return await ctx.in_thread(sync.export_answer, directory, stored, vault_key)
 
 
 async def export(ctx: HostContext, p: m.ConfigSyncExportParams, key: ReceiptKey | None) -> Any:

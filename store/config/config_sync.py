@@ -232,18 +232,36 @@ def export_stand_in(answer: Mapping[str, Any]) -> dict[str, Any]:
     return {k: answer[k] for k in _STAND_IN_FIELDS}
 
 
-def export_answer(directory: Path, stored: Any) -> dict[str, Any]:
+def _damaged(blob: bytes | None, vault_key: bytes | None) -> bool:
+    """Whether ``pending.bin`` (``blob``) is gone or fails authentication under ``vault_key``: not a bundle a
+    later export wrote (that one opens, or names another key or format). Without the key: not known (False)."""
+    if blob is None:
+        return True  # exports replace it (temp file + rename), never remove it
+    if vault_key is None:
+        return False
+    try:
+        decode_bundle(vault_key, blob)
+    except CorruptData as exc:
+        return exc.data.get("reason") == "tampered"
+    return False
+
+
+def export_answer(directory: Path, stored: Any, vault_key: bytes | None = None) -> dict[str, Any]:
     """The answer a keyed export gave, rebuilt from its receipt's :func:`export_stand_in` and ``pending.bin``:
     byte for byte the bundle it answered, as long as ``pending.bin`` still holds it (its SHA-256). Once another
     export replaced it, the bundle is gone, and the retry is ``CONFLICT`` (``data.reason: "superseded"``, with
-    the bundle's ``sha256``): never another bundle as if it were this one. A row a build before the stand-in
-    stored holds the whole answer: that answer."""
+    the bundle's ``sha256``): never another bundle as if it were this one. When ``pending.bin`` is gone, or its
+    bytes fail authentication under ``vault_key`` (damaged on disk, not replaced), the reason is ``damaged``.
+    A row a build before the stand-in stored holds the whole answer: that answer."""
     if isinstance(stored, Mapping) and isinstance(stored.get("bundleBase64"), str):
         return dict(stored)
     if not isinstance(stored, Mapping) or not all(k in stored for k in _STAND_IN_FIELDS):
         raise CorruptData("the stored answer of this export is damaged", data={"reason": "receipt"})
     blob = read_bundle(directory, PENDING_FILE)
     if blob is None or len(blob) != stored["bytes"] or hashlib.sha256(blob).hexdigest() != stored["sha256"]:
+        if _damaged(blob, vault_key):
+            raise Conflict(f"the bundle this export answered is gone or damaged on disk ({PENDING_FILE}): export "
+                           "again under a new submissionId", data={"reason": "damaged", "sha256": stored["sha256"]})
         raise Conflict("the bundle this export answered was replaced by a later export and is gone: export again "
                        "under a new submissionId", data={"reason": "superseded", "sha256": stored["sha256"]})
     return {"bundleBase64": base64.b64encode(blob).decode("ascii"), "sha256": stored["sha256"],

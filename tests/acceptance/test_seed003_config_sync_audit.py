@@ -125,14 +125,19 @@ async def test_the_bundle_files_hold_no_secret_and_no_setting_in_any_plain_encod
 # ------------------------------------------------------------------ what is on disk is what a retry answers
 
 
-@pytest.mark.parametrize("how", ["swapped-from-another-host", "byte-flipped", "truncated"])
-async def test_a_pending_bundle_replaced_on_disk_never_answers_a_keyed_retry(tmp_path: Path, how: str) -> None:
+@pytest.mark.parametrize(("how", "reason"), [("swapped-from-another-host", "superseded"),
+                                             ("byte-flipped", "damaged"), ("truncated", "damaged"),
+                                             ("removed", "damaged")])
+async def test_a_pending_bundle_replaced_on_disk_never_answers_a_keyed_retry(tmp_path: Path, how: str,
+                                                                             reason: str) -> None:
     """§1.3: "config-sync/pending.bin [is an] authenticated encrypted bundle"; README configSync.export: "A
     retry answered from the row reads the bundle back from pending.bin, byte for byte the answer the first call
     got, also after a restart; once another export replaced pending.bin that bundle is gone, and the retry is
     CONFLICT". A ``pending.bin`` swapped with another host's, or changed on disk, is not the answered bundle:
-    after a restart the keyed retry never hands those bytes out as its answer: it is CONFLICT (superseded,
-    naming the answered bundle's sha256), and writes nothing."""
+    after a restart the keyed retry never hands those bytes out as its answer: it is CONFLICT naming the
+    answered bundle's sha256, and writes nothing. Its ``data.reason`` says which: ``superseded`` when another
+    bundle stands there, ``damaged`` when the bytes there fail authentication or are gone (both read
+    ``superseded`` before, as if a later export had replaced them)."""
     other = tmp_path / "other"
     other.mkdir()
     data = data_dir(tmp_path)
@@ -151,19 +156,22 @@ async def test_a_pending_bundle_replaced_on_disk_never_answers_a_keyed_retry(tmp
             pending.write_bytes(foreign)
         elif how == "byte-flipped":
             pending.write_bytes(mine[:40] + bytes([mine[40] ^ 0x01]) + mine[41:])
-        else:
+        elif how == "truncated":
             pending.write_bytes(mine[: len(mine) // 2])
-        on_disk = pending.read_bytes()
+        else:
+            pending.unlink()
+        on_disk = pending.read_bytes() if pending.exists() else None
         async with real_host(data, client_id=CLIENT) as (_p, c):
             before = probe.state(data)
             code, err = await error_of(c, "configSync.export", keyed)
-            assert (code, err.get("reason"), err.get("sha256")) == ("CONFLICT", "superseded", first["sha256"]), err
+            assert (code, err.get("reason"), err.get("sha256")) == ("CONFLICT", reason, first["sha256"]), err
             assert probe.state(data) == before, "a refused retry wrote something"
-            assert pending.read_bytes() == on_disk
+            assert (pending.read_bytes() if pending.exists() else None) == on_disk
             # the host's own bundle (the answer) still applies; the bytes on disk do not
             await c.call("configSync.apply", {"bundleBase64": first["bundleBase64"]})
-            bad_code, _ = await error_of(c, "configSync.apply", {"bundleBase64": _b64(on_disk)})
-            assert bad_code == "CORRUPT_DATA"
+            if on_disk is not None:
+                bad_code, _ = await error_of(c, "configSync.apply", {"bundleBase64": _b64(on_disk)})
+                assert bad_code == "CORRUPT_DATA"
 
 
 # ------------------------------------------------------------------ other format versions
