@@ -132,7 +132,8 @@ class ApprovalsPendingResult(Result):
     unreadable: list[str] | None = Field(
         default=None,
         description="Request ids of pending approvals whose stored record is damaged (a JSON column that no "
-        "longer parses, a value outside its set): left out of pending, so the others still list. Such a request "
+        "longer parses, a value outside its set, a status outside its set of a request never settled): left "
+        "out of pending, so the others still list. Such a request "
         "can still be denied (approvals.respond with optionId deny). Absent when every record reads.",
     )
 
@@ -243,7 +244,8 @@ class InteractionsPendingResult(Result):
     unreadable: list[str] | None = Field(
         default=None,
         description="Request ids of pending questions whose stored record is damaged (a JSON column that no "
-        "longer parses, a value outside its set): left out of pending, so the others still list. Absent when "
+        "longer parses, a value outside its set, a status outside its set of a request never settled): left "
+        "out of pending, so the others still list. Absent when "
         "every record reads.",
     )
 

@@ -84,8 +84,9 @@ class PlansPendingResult(Result):
     unreadable: list[str] | None = Field(
         default=None,
         description="Request ids of pending plan/goal approvals whose stored record is damaged (a value outside "
-        "its set): left out of pending, so the others still list; such a request still holds its session (a new "
-        "plans.submit is CONFLICT naming it). Absent when every record reads.",
+        "its set; a status outside its set of a request never settled too): left out of pending, so the others "
+        "still list; such a request still holds its session (a new plans.submit is CONFLICT naming it), unless its "
+        "status is the damaged value. Absent when every record reads.",
     )
 
 

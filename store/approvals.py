@@ -116,7 +116,8 @@ index holds it (the partial ones are ``status = 'pending'``): a query for it sca
 _PENDING: Final[Mapping[str, str]] = {kind: f"(status = 'pending' OR {_DAMAGED_PENDING[kind]})" for kind in KINDS}
 """SQL: a row still pending: its status says so, or :data:`_DAMAGED_PENDING`. Such a row can be denied, cancelled
 by its turn's end, expired (:func:`lapsed`) and interrupted like any pending one. ``approvals.pending`` lists
-pending rows by their partial index, ``status = 'pending'``: not it (a scan of the table per listing)."""
+pending rows by their partial index, ``status = 'pending'``, and names such a row in ``unreadable`` (a second
+arm of its query, :func:`list_pending`)."""
 
 
 # ---------------------------------------------------------------------------
@@ -314,15 +315,22 @@ def list_pending(conn: sqlite3.Connection, kind: Kind, session_id: str | None,
                  now_ms: int, lenient: bool = False) -> Readable[dict[str, Any]]:
     """Pending rows (newest first) that have not passed their deadline, with the original ``expiresAt``.
     A row whose record is damaged is named in ``unreadable`` (request ids), not listed: one damaged prompt
-    never hides the others; ``lenient`` (a recorded decision's replay): listed with :func:`get_request`'s
-    stand-ins instead."""
+    never hides the others, and a row whose status is damaged but never settled (:data:`_DAMAGED_PENDING`:
+    it still pends) is named too, never dropped without a word. That part of the query has no index: the
+    session's rows through the session index, or, for every session's, a scan of the table. ``lenient`` (a
+    recorded decision's replay): listed with :func:`get_request`'s stand-ins instead, rows pending by their
+    status only."""
     sql, row = _select(kind)
-    where = "status = 'pending' AND (expires_at IS NULL OR expires_at > ?)"
+    where = "(expires_at IS NULL OR expires_at > ?)"
     args: tuple[Any, ...] = (now_ms,)
     if session_id is not None:
         where += " AND session_id = ?"
         args += (session_id,)
-    rows = conn.execute(f"{sql} WHERE {where} ORDER BY created_at DESC, request_id", args).fetchall()
+    query = f"{sql} WHERE status = 'pending' AND {where}"
+    if not lenient:  # a second arm, so the first still reads the pending rows' partial index
+        query += f" UNION ALL {sql} WHERE {_DAMAGED_PENDING[kind]} AND {where}"
+        args += args
+    rows = conn.execute(f"{query} ORDER BY created_at DESC, request_id", args).fetchall()
     return readable(rows, lambda r: row(r, lenient), lambda r: str(r[0]))  # request_id: column 1 of both
 
 

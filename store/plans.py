@@ -370,7 +370,8 @@ _DAMAGED_PENDING = "(resolved_at IS NULL AND status NOT IN ({}))".format(", ".jo
 has no resolution time, which every transition out of pending sets in the same statement: it was never settled.
 No index holds it (the partial ones are ``status = 'pending'``): a query for it scans the table. It does not hold
 its session (:data:`LIVE_PENDING`) and is never answered (CORRUPT_DATA), but it expires at its deadline and the
-boot fence interrupts it, as ``store.approvals`` does with an approval whose status is damaged."""
+boot fence interrupts it, as ``store.approvals`` does with an approval whose status is damaged; ``plans.pending``
+names it in ``unreadable`` (:func:`list_pending`)."""
 PENDING = f"(status = 'pending' OR {_DAMAGED_PENDING})"
 """SQL: a row pending, or :data:`_DAMAGED_PENDING` (what the expiry and the boot fence settle)."""
 _STALE = f"{PENDING} AND expires_at IS NOT NULL AND expires_at <= ?"
@@ -424,18 +425,23 @@ def _checked(row: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def _pending_rows(conn: sqlite3.Connection, session_id: str | None, now_ms: int) -> list[tuple[Any, ...]]:
-    sql = f"SELECT {_COLS} FROM plan_approvals WHERE {LIVE_PENDING}"
+    """The live pending rows, and the live :data:`_DAMAGED_PENDING` ones (a second arm, so the first still reads
+    the pending rows' index; the second reads the session's rows, or scans the table for every session's)."""
+    where = "(expires_at IS NULL OR expires_at > ?)"
     args: tuple[Any, ...] = (now_ms,)
     if session_id is not None:
-        sql += " AND session_id = ?"
+        where += " AND session_id = ?"
         args += (session_id,)
-    return conn.execute(sql + " ORDER BY created_at DESC, request_id", args).fetchall()
+    select = f"SELECT {_COLS} FROM plan_approvals WHERE"
+    return conn.execute(f"{select} status = 'pending' AND {where} UNION ALL {select} {_DAMAGED_PENDING} AND {where} "
+                        "ORDER BY created_at DESC, request_id", args + args).fetchall()
 
 
 def list_pending(conn: sqlite3.Connection, session_id: str | None, now_ms: int) -> Readable[dict[str, Any]]:
     """Only live ``pending`` rows, with their original ``expires_at``: terminal ones are never rehydrated,
     and a row past its deadline is expired whether or not anything has marked it yet (seed 003 §4.5). A row
-    whose record is damaged (a column outside its set) is named in ``unreadable`` (request ids), not listed."""
+    whose record is damaged (a column outside its set) is named in ``unreadable`` (request ids), not listed;
+    so is a row whose status is damaged but never settled (:data:`_DAMAGED_PENDING`), never dropped unnamed."""
     return readable(_pending_rows(conn, session_id, now_ms), _checked, lambda r: str(r[0]))
 
 

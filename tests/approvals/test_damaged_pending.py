@@ -215,3 +215,32 @@ async def test_a_deny_of_a_damaged_approval_whose_line_landed_before_a_crash_is_
             retried = ApprovalsRespondResult.model_validate(await ui.call("approvals.respond", params))
             assert (retried.request.status, retried.request.unreadable) == ("denied", ["risk"])
 
+
+
+async def test_a_pending_request_whose_status_is_damaged_is_named_by_the_pending_listings(tmp_path: Path) -> None:
+    """A request never settled (no resolution time) whose status is outside its set is still pending (a deny,
+    its turn's end, its expiry settle it): the listings name it in ``unreadable``. Before, both listings read
+    ``status = 'pending'`` only, so such a request dropped out of them without a word: a person never saw it."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid = await session_with_turn(c)
+            intact = (await ask(c, sid, toolCallId="call-1"))["request"]["requestId"]
+            unsure = (await ask(c, sid, toolCallId="call-2"))["request"]["requestId"]
+            settled = (await ask(c, sid, toolCallId="call-3"))["request"]["requestId"]
+            await answer(ui, sid, settled, "deny")
+            question = (await c.call("interactions.request", {
+                "sessionId": sid, "turnId": turn_of(sid), "question": "which file?",
+                "choices": [{"id": "a", "label": "a.py"}]}))["request"]["requestId"]
+            damage(tmp_path, "approvals", "status", unsure, "pendinf")
+            damage(tmp_path, "approvals", "status", settled, "denief")  # settled: not pending, not listed
+            damage(tmp_path, "interactions", "status", question, "pendinf")
+            for params in ({"sessionId": sid}, {}):  # one session's, and every session's
+                listed = ApprovalsPendingResult.model_validate(await ui.call("approvals.pending", params))
+                assert ([r.request_id for r in listed.pending], listed.unreadable) == ([intact], [unsure])
+                asked = InteractionsPendingResult.model_validate(await ui.call("interactions.pending", params))
+                assert (asked.pending, asked.unreadable) == ([], [question])
+            # the one it names can be denied, and then no longer pends
+            await answer(ui, sid, unsure, "deny")
+            listed = ApprovalsPendingResult.model_validate(await ui.call("approvals.pending", {"sessionId": sid}))
+            assert ([r.request_id for r in listed.pending], listed.unreadable) == ([intact], None)

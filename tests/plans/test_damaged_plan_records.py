@@ -11,6 +11,7 @@ from pathlib import Path
 
 import trio
 
+from protocol.models_plans import PlansPendingResult
 from protocol.models_session import SessionListResult
 from store import plans
 from store.fence import interruption_fence
@@ -139,3 +140,20 @@ def test_the_boot_fence_settles_a_request_whose_status_is_damaged(tmp_path: Path
     got = {r[0]: r[1:] for r in conn.execute("SELECT request_id, status, resolved_at FROM plan_approvals")}
     assert got == {"r1": ("expired", NOW + 1), "r2": ("interrupted", NOW + 2), "r3": ("rejectd", NOW - 10),
                    "r4": ("interrupted", NOW + 2)}
+
+
+async def test_a_pending_request_whose_status_is_damaged_is_named_by_plans_pending(tmp_path: Path) -> None:
+    """A plan approval never settled (no resolution time) whose status is outside its set still pends (its
+    deadline expires it, the boot fence interrupts it): ``plans.pending`` names it in ``unreadable`` and an answer
+    of it is CORRUPT_DATA. Before, the listing read ``status = 'pending'`` only, so it dropped out without a word."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, ws = await contract_session(c, tmp_path / "p")
+            rid = (await submit(c, sid, ws))["requestId"]
+            damage(tmp_path, "UPDATE plan_approvals SET status = 'pendinf' WHERE request_id = ?", rid)
+            for params in ({"sessionId": sid}, {}):  # one session's, and every session's
+                listed = PlansPendingResult.model_validate(await ui.call("plans.pending", params))
+                assert (listed.pending, listed.unreadable) == ([], [rid])
+            err = await rpc_error(ui.call("plans.respond", {"requestId": rid, "action": "reject"}))
+            assert (err.data_code, err.data["requestId"]) == ("CORRUPT_DATA", rid)

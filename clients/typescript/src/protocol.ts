@@ -148,7 +148,7 @@ export interface ApprovalsPendingParams {
 export interface ApprovalsPendingResult {
   /** Only pending, unexpired rows, newest first. */
   pending: ApprovalRequest[];
-  /** Request ids of pending approvals whose stored record is damaged (a JSON column that no longer parses, a value outside its set): left out of pending, so the others still list. Such a request can still be denied (approvals.respond with optionId deny). Absent when every record reads. */
+  /** Request ids of pending approvals whose stored record is damaged (a JSON column that no longer parses, a value outside its set, a status outside its set of a request never settled): left out of pending, so the others still list. Such a request can still be denied (approvals.respond with optionId deny). Absent when every record reads. */
   unreadable?: string[] | null;
 }
 
@@ -1134,7 +1134,7 @@ export interface InteractionsPendingParams {
 export interface InteractionsPendingResult {
   /** Only pending, unexpired rows, newest first. */
   pending: InteractionRequest[];
-  /** Request ids of pending questions whose stored record is damaged (a JSON column that no longer parses, a value outside its set): left out of pending, so the others still list. Absent when every record reads. */
+  /** Request ids of pending questions whose stored record is damaged (a JSON column that no longer parses, a value outside its set, a status outside its set of a request never settled): left out of pending, so the others still list. Absent when every record reads. */
   unreadable?: string[] | null;
 }
 
@@ -1584,7 +1584,7 @@ export interface PlansPendingParams {
 export interface PlansPendingResult {
   /** Only pending rows, newest first; terminal ones are never rehydrated. */
   pending: PlanApproval[];
-  /** Request ids of pending plan/goal approvals whose stored record is damaged (a value outside its set): left out of pending, so the others still list; such a request still holds its session (a new plans.submit is CONFLICT naming it). Absent when every record reads. */
+  /** Request ids of pending plan/goal approvals whose stored record is damaged (a value outside its set; a status outside its set of a request never settled too): left out of pending, so the others still list; such a request still holds its session (a new plans.submit is CONFLICT naming it), unless its status is the damaged value. Absent when every record reads. */
   unreadable?: string[] | null;
 }
 
