@@ -230,6 +230,14 @@ def _lenient(read: Callable[[], _T], stand_in: Callable[[], _T], field: str, dam
         return value
 
 
+def _stored_times(what: str, *times: Any) -> None:
+    """``DamagedRecord`` naming ``what`` when a stored time (created, updated, expires, resolved) is not the
+    non-negative integer of milliseconds the host wrote (SQLite keeps any value a column is given): a listing
+    names the record instead of failing whole on a result that no longer matches its model."""
+    if any(t is not None and (type(t) is not int or t < 0) for t in times):
+        raise DamagedRecord(f"{what}'s times are {times!r}, not milliseconds")
+
+
 def _unsettled(rid: str, resolved: int | None) -> Callable[[], str]:
     """The stand-in of a damaged status: ``pending`` when the row has no resolution time (every transition out
     of pending sets ``resolved_at`` in the same statement, :data:`_PENDING`); a settled row's status cannot be
@@ -245,6 +253,8 @@ def _approval(r: Sequence[Any], lenient: bool = False) -> dict[str, Any]:
     (rid, sid, turn, call, tool, summary, risk, options, by, status, option, rule, responder, created, updated,
      expires, resolved) = r
     damaged: list[str] | None = [] if lenient else None
+    if not lenient:
+        _stored_times(f"approval {rid}", created, updated, expires, resolved)
     offered = _lenient(lambda: _offered(options, f"approval {rid}'s options_json"), list, "options", damaged)
     shown_risk = _lenient(lambda: stored_value(risk, RISKS, f"approval {rid}'s risk"), lambda: RISK_STAND_IN,
                           "risk", damaged)
@@ -263,6 +273,8 @@ def _interaction(r: Sequence[Any], lenient: bool = False) -> dict[str, Any]:
     (rid, sid, turn, call, question, choices, multiple, free, by, status, answer, responder, created, updated,
      expires, resolved) = r
     damaged: list[str] | None = [] if lenient else None
+    if not lenient:
+        _stored_times(f"interaction {rid}", created, updated, expires, resolved)
     offered = _lenient(lambda: _offered(choices, f"interaction {rid}'s choices_json"), list, "choices", damaged)
     answered = _lenient(lambda: _answer(answer, f"interaction {rid}'s answer_json"), lambda: None, "answer",
                         damaged)

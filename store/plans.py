@@ -414,12 +414,23 @@ _SETS: tuple[tuple[int, tuple[str | None, ...], str], ...] = (
 """The columns with a fixed set (their CHECKs), by position in :data:`_COLS`."""
 
 
+_NUMBERS: Final = tuple(_KEYS.index(key) for key in (
+    "createdAt", "updatedAt", "expiresAt", "resolvedAt", "artifactSize", "version", "executionStartedAt",
+    "executionEndedAt"))
+"""The integer columns, non-negative as the host writes them (times in milliseconds, a size, a version), by
+position in :data:`_COLS`: SQLite keeps any value a column is given."""
+
+
 def _checked(row: tuple[Any, ...]) -> dict[str, Any]:
     """:func:`_row`, each column with a fixed set checked (``DamagedRecord`` naming it: SQLite checks a CHECK on
-    writes only)."""
+    writes only), and each integer column (:data:`_NUMBERS`)."""
     for at, allowed, column in _SETS:
         if row[at] not in allowed:
             raise DamagedRecord(f"plan approval {row[0]}'s {column} is {row[at]!r}, not one of its set",
+                                data={"requestId": row[0]})
+    for at in _NUMBERS:
+        if row[at] is not None and (type(row[at]) is not int or row[at] < 0):
+            raise DamagedRecord(f"plan approval {row[0]}'s {_KEYS[at]} is {row[at]!r}, not a count",
                                 data={"requestId": row[0]})
     return _row(row)
 

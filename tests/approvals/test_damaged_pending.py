@@ -244,3 +244,25 @@ async def test_a_pending_request_whose_status_is_damaged_is_named_by_the_pending
             await answer(ui, sid, unsure, "deny")
             listed = ApprovalsPendingResult.model_validate(await ui.call("approvals.pending", {"sessionId": sid}))
             assert ([r.request_id for r in listed.pending], listed.unreadable) == ([intact], None)
+
+
+async def test_a_pending_request_whose_time_is_damaged_is_named_not_a_failed_listing(tmp_path: Path) -> None:
+    """A stored time that is no longer milliseconds (SQLite keeps any value a column is given): the listings name
+    that request in ``unreadable`` and list the others. Before, the result no longer matched its model and the
+    whole listing was INTERNAL: every pending prompt hidden by one damaged time."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid = await session_with_turn(c)
+            intact = (await ask(c, sid, toolCallId="call-1"))["request"]["requestId"]
+            dated = (await ask(c, sid, toolCallId="call-2"))["request"]["requestId"]
+            question = (await c.call("interactions.request", {
+                "sessionId": sid, "turnId": turn_of(sid), "question": "which file?",
+                "choices": [{"id": "a", "label": "a.py"}]}))["request"]["requestId"]
+            damage(tmp_path, "approvals", "created_at", dated, "yesterday")
+            damage(tmp_path, "interactions", "updated_at", question, "-1")
+            for params in ({"sessionId": sid}, {}):  # one session's, and every session's
+                listed = ApprovalsPendingResult.model_validate(await ui.call("approvals.pending", params))
+                assert ([r.request_id for r in listed.pending], listed.unreadable) == ([intact], [dated])
+                asked = InteractionsPendingResult.model_validate(await ui.call("interactions.pending", params))
+                assert (asked.pending, asked.unreadable) == ([], [question])

@@ -157,3 +157,20 @@ async def test_a_pending_request_whose_status_is_damaged_is_named_by_plans_pendi
                 assert (listed.pending, listed.unreadable) == ([], [rid])
             err = await rpc_error(ui.call("plans.respond", {"requestId": rid, "action": "reject"}))
             assert (err.data_code, err.data["requestId"]) == ("CORRUPT_DATA", rid)
+
+
+async def test_a_pending_request_whose_time_is_damaged_is_named_not_a_failed_listing(tmp_path: Path) -> None:
+    """A stored time that is no longer milliseconds: ``plans.pending`` names the request and ``plans.respond`` of
+    it is CORRUPT_DATA. Before, its result no longer matched its model: the listing was INTERNAL, hiding all."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c, \
+                client_for(host, "ui", kind="ui") as ui:
+            sid, ws = await contract_session(c, tmp_path / "p")
+            rid = (await submit(c, sid, ws))["requestId"]
+            damage(tmp_path, "UPDATE plan_approvals SET created_at = 'yesterday' WHERE request_id = ?", rid)
+            for params in ({"sessionId": sid}, {}):  # one session's, and every session's
+                listed = PlansPendingResult.model_validate(await ui.call("plans.pending", params))
+                assert (listed.pending, listed.unreadable) == ([], [rid])
+            err = await rpc_error(ui.call("plans.respond", {"requestId": rid, "action": "approve"}))
+            assert (err.data_code, err.data["requestId"]) == ("CORRUPT_DATA", rid)
+            assert mode_of(tmp_path, sid) == "plan"
