@@ -70,7 +70,7 @@ from store.interchange.importers.common import (
     local_id,
 )
 from store.interchange.importers.pi import PiConverter, find_branch, on_branch, read_header
-from store.interchange.importers.reader import Line, lines_of, parse_object
+from store.interchange.importers.reader import Line, lines_of, parse_object, read_bounded
 from store.jsonio import now_rfc3339
 from store.transcripts.records import rfc3339_to_ms
 
@@ -488,14 +488,7 @@ def _read_all(path: Path, limit: int) -> bytes | None:
     except OSError:
         return None
     try:
-        chunks: list[bytes] = []
-        total = 0
-        while chunk := os.read(fd, 1 << 20):
-            total += len(chunk)
-            if total > limit:
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return read_bounded(fd, limit)
     finally:
         os.close(fd)
 

@@ -27,7 +27,7 @@ import orjson
 from store.interchange.importers.report import FileReport
 
 __all__ = ["PEEK_CHUNK", "Line", "LineReader", "Snapshot", "file_report", "lines_of", "open_source", "parse_counted",
-           "parse_object", "peek_field", "read_json_file", "read_snapshot"]
+           "parse_object", "peek_field", "read_bounded", "read_json_file", "read_snapshot"]
 
 
 
@@ -287,18 +287,23 @@ def read_snapshot(path: Path, max_bytes: int) -> Snapshot | None:
     fd = open_source(path)
     try:
         st = os.fstat(fd)
-        if st.st_size > max_bytes:
-            return None
-        chunks: list[bytes] = []
-        total = 0
-        while chunk := os.read(fd, 1 << 20):
-            total += len(chunk)
-            if total > max_bytes:
-                return None
-            chunks.append(chunk)
-        return Snapshot(b"".join(chunks), st.st_mtime_ns)
+        data = read_bounded(fd, max_bytes) if st.st_size <= max_bytes else None
+        return None if data is None else Snapshot(data, st.st_mtime_ns)
     finally:
         os.close(fd)
+
+
+def read_bounded(fd: int, max_bytes: int) -> bytes | None:
+    """The rest of the open file ``fd`` (read in 1 MiB steps); None once it holds more than ``max_bytes`` (a
+    file that grew past its ``fstat`` size included). Raises OSError."""
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := os.read(fd, 1 << 20):
+        total += len(chunk)
+        if total > max_bytes:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def file_report(reader: LineReader, report: FileReport) -> None:
@@ -314,18 +319,10 @@ def read_json_file(path: Path, max_bytes: int) -> dict[str, Any] | None:
     """A small JSON document (opencode storage): bounded, read-only, None if unusable."""
     fd = open_source(path)
     try:
-        if os.fstat(fd).st_size > max_bytes:
-            return None
-        chunks: list[bytes] = []
-        total = 0
-        while chunk := os.read(fd, 1 << 20):
-            total += len(chunk)
-            if total > max_bytes:
-                return None
-            chunks.append(chunk)
+        data = read_bounded(fd, max_bytes) if os.fstat(fd).st_size <= max_bytes else None
     finally:
         os.close(fd)
-    return parse_object(b"".join(chunks))
+    return None if data is None else parse_object(data)
 
 
 PEEK_CHUNK = 1 << 13
