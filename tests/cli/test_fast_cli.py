@@ -53,6 +53,16 @@ def imported(modules: set[str], tops: tuple[str, ...]) -> list[str]:
     return sorted(m for m in modules if any(m == t or m.startswith(t + ".") for t in tops))
 
 
+def _seeded(data: Path) -> str:
+    """A data directory a host served and stopped, holding one session with one message: its id."""
+    host = start_host_process(data)
+    try:
+        return trio.run(_seed, host)
+    finally:
+        host.terminate()
+        host.proc.communicate()
+
+
 async def _seed(host: HostProcess) -> str:
     async with open_client(host.url, host.token, client_id="fast-cli-seed", client_kind="test") as c:
         sid = str((await c.call("session.create", {"title": "fast CLI"}))["id"])
@@ -79,12 +89,7 @@ def test_offline_reads_and_completion_import_no_host(tmp_path: Path) -> None:
     """`sessions --ids` (what completion runs on every Tab), `sessions`, `show`, `search` offline and
     `completion bash` read the data directory through the store alone."""
     data = tmp_path / "data"
-    host = start_host_process(data)
-    try:
-        sid = trio.run(_seed, host)
-    finally:
-        host.terminate()
-        host.proc.communicate()
+    sid = _seeded(data)
     reads = {
         "sessions --ids": (["sessions", "--ids"], sid),
         "sessions": (["sessions"], "fast CLI"),
@@ -106,12 +111,7 @@ def test_an_index_without_a_lock_file_is_read_offline_and_left_without_one(tmp_p
     migration refused: that start leaves no lock file behind) is read offline like any other, and the read
     leaves no lock file either; a directory with neither stays "not a pi-host data directory"."""
     data = tmp_path / "data"
-    host = start_host_process(data)
-    try:
-        sid = trio.run(_seed, host)
-    finally:
-        host.terminate()
-        host.proc.communicate()
+    sid = _seeded(data)
     (data / "host.lock").unlink()
     code, out, _ = run_cli(tmp_path, "--data-dir", str(data), "sessions", "--ids")
     assert code == 0 and sid in out, out
