@@ -50,6 +50,17 @@ async def _saved_turn(c: HostClient) -> str:
     return sid
 
 
+async def _regenerated_after_a_backup(c: HostClient, root: Path) -> tuple[str, bytes]:
+    """A saved turn (variant 1 live, referenced), the revisions file's bytes then (the backup), and a
+    regenerate saved as variant 2: the session's id and the backup."""
+    sid = await _saved_turn(c)
+    backup = revisions_path(root, sid).read_bytes()
+    await _call(c, "session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+    await say(c, sid, "a1b", "answer a1b", "assistant")
+    await _call(c, "session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+    return sid, backup
+
+
 async def test_a_reference_restored_from_a_backup_that_names_another_variant_is_listed_stale(
         tmp_path: Path) -> None:
     """The backup holds only ``revision_live u1/1``; the transcript's root says variant 2 is live. Variant 1
@@ -57,11 +68,7 @@ async def test_a_reference_restored_from_a_backup_that_names_another_variant_is_
     root = data_dir(tmp_path)
     with trio.fail_after(120):
         async with real_host(root) as (_, c):
-            sid = await _saved_turn(c)
-            backup = revisions_path(root, sid).read_bytes()
-            await _call(c, "session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
-            await say(c, sid, "a1b", "answer a1b", "assistant")
-            await _call(c, "session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            sid, backup = await _regenerated_after_a_backup(c, root)
             assert await _rows(c, sid) == [("u1", 1, False, None), ("u1", 2, True, None)]
         revisions_path(root, sid).write_bytes(backup)
         async with real_host(root) as (_, c):
@@ -78,11 +85,7 @@ async def test_a_rewrite_dropping_the_live_root_never_stores_it_under_a_stale_re
     root = data_dir(tmp_path)
     with trio.fail_after(120):
         async with real_host(root) as (_, c):
-            sid = await _saved_turn(c)
-            backup = revisions_path(root, sid).read_bytes()
-            await _call(c, "session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
-            await say(c, sid, "a1b", "answer a1b", "assistant")
-            await _call(c, "session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            sid, backup = await _regenerated_after_a_backup(c, root)
         revisions_path(root, sid).write_bytes(backup)
         async with real_host(root) as (_, c):
             await _call(c, "session.replaceMessages", {"sessionId": sid, "messages": [
