@@ -292,6 +292,22 @@ class HistoryModel:
         if restored and restored[0]["role"] == "user":
             restored[0] = with_stamp(restored[0], len(known | {live_idx}), idx, fam)
         restored, descended, deleted, checkpoints = self._newest_descendants(fam, idx, restored)
+        # seed 000 §3.3, a tombstone is one node's: a restored message with the id of one leaving is the same
+        # node when it holds the same content (it keeps the state it has now), another one when it does not (an
+        # edit or a replace that reused the id: the leaving one's tombstone is not its own)
+        leaving = {m["id"]: m for m in live_branch}
+        not_its_own: set[str] = set()
+        for rec in restored:
+            twin = leaving.get(rec["id"])
+            if twin is None:
+                continue
+            if (twin.get("role"), twin.get("blocks")) == (rec.get("role"), rec.get("blocks")):
+                if rec["id"] in live_deleted:
+                    deleted.add(rec["id"])
+                else:
+                    deleted.discard(rec["id"])
+            elif rec["id"] in live_deleted and rec["id"] not in deleted:
+                not_its_own.add(rec["id"])
         merged: dict[str, dict[str, Any]] = {}
         for rec in copy.deepcopy(self.live[:rpos]) + restored:
             merged[rec["id"]] = rec
@@ -304,6 +320,7 @@ class HistoryModel:
             self.entry_deleted[(f, i)] = gone
             self.entry_checkpoints[(f, i)] = cps
         self._commit(new, archives, checkpoints)
+        self.deleted -= not_its_own
         self.deleted |= comes_back & {m["id"] for m in new}  # the branch's deletions come back with it
         return True
 

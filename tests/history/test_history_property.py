@@ -357,3 +357,25 @@ def test_a_branch_restored_by_the_pager_brings_back_its_checkpoint() -> None:
         assert state.model.checkpoints, "the restored branch's checkpoint is live again"
     finally:
         state.teardown()
+
+
+def test_the_model_follows_a_tombstone_on_a_prompt_a_replace_changed() -> None:
+    """The shortest case of a run that failed (CI-sized, 42 steps shrunk by hand to these): a replace changes the
+    family root's text under its id, the user deletes it, and a switch brings back the stored variant's root.
+    That is another node under the same id (seed 000 §3.3, the host's rule since the edited-prompt fix): the
+    leaving prompt's tombstone is not its own, and the restored one comes back as its branch stored it, not
+    deleted. The model had kept deletions by id."""
+    state = HistoryMachine()
+    try:
+        state.create()
+        state.append_turn()
+        state.append_turn()
+        state.regenerate(i=0, mode="regenerate", switch_back=False)
+        state.replace_messages(keep=[True], change=0, add=False)  # every message kept, the root's text changed
+        state.delete_message(i=0)
+        state.files_index_revisions_and_context_agree()
+        state.activate(i=0)
+        state.files_index_revisions_and_context_agree()
+        assert not state.model.deleted
+    finally:
+        state.teardown()
