@@ -104,11 +104,11 @@ async def client(proc: HostProcess, client_id: str = "outsider", kind: str = "ui
 
 
 async def killed_during(data: Path, spec: str, calls: list[tuple[str, dict[str, Any]]], *,
-                        kind: str = "ui") -> list[Any]:
+                        kind: str = "ui", serve_args: tuple[str, ...] = ()) -> list[Any]:
     """A host armed with ``RT_CRASHPOINT=spec`` answers every call but the last, and dies at that one without
     answering it (its first half ran on the same host: a running run or turn survives no restart). The
-    answers of the others."""
-    crashing = start_host_process(data, env={"RT_CRASHPOINT": spec})
+    answers of the others. ``serve_args``: more arguments of its ``pi-host serve``."""
+    crashing = start_host_process(data, *serve_args, env={"RT_CRASHPOINT": spec})
     answers: list[Any] = []
     try:
         async with client(crashing, kind=kind) as c:

@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 import trio
 
-from runtime.client import ClientClosed, HostClient, open_client
-from tests.acceptance.outsiderkit import code_of, data_dir, error_of
+from runtime.client import HostClient, open_client
+from tests.acceptance.outsiderkit import code_of, data_dir, error_of, killed_during
 from tests.hostkit import HostProcess, start_host_process
 from tests.samplekit import REPO, samples_dir
 
@@ -465,24 +465,6 @@ async def test_get_and_fork_walk_the_same_branch_of_a_damaged_tree(tmp_path: Pat
     assert not [k for k in after if not k.endswith(".jsonl")]
 
 
-async def _fork_killed_before_its_receipt(data: Path, pi_root: Path, params: dict[str, Any]) -> None:
-    """``session.fork`` on a host armed to SIGKILL itself just before the fork's receipt commits (the child
-    is published by then); the host died there without answering."""
-    crashing = start_host_process(data, "--native-pi-root", str(pi_root),
-                                  env={"RT_CRASHPOINT": "session.fork.before_commit:1"})
-    try:
-        try:
-            async with open_client(crashing.url, crashing.token, client_id="outsider", client_kind="ui") as c:
-                answered = await c.call("session.fork", params)
-                raise AssertionError(f"the host answered {answered!r} instead of dying before the receipt")
-        except (ClientClosed, OSError):
-            pass
-        await trio.to_thread.run_sync(crashing.reap)
-    finally:
-        crashing.kill9()
-    assert crashing.proc.returncode == -9
-
-
 async def test_a_keyed_fork_of_a_damaged_tree_killed_before_its_receipt_is_found_by_its_retry(
         tmp_path: Path) -> None:
     """README §4: a keyed retry "after a crash finds the child already written instead of writing another".
@@ -501,8 +483,10 @@ async def test_a_keyed_fork_of_a_damaged_tree_killed_before_its_receipt_is_found
         (folder / f"2026-05-{i + 10:02d}T10-00-00-000Z_{name}.jsonl").write_bytes(body)
     with trio.fail_after(240):
         for name in sorted(variants):
-            await _fork_killed_before_its_receipt(data, pi_root, {"sessionId": f"native-pi:dmg-{name}",
-                                                                  "submissionId": f"fork-{name}"})
+            # SIGKILL just before the fork's receipt commits (the child is published by then), unanswered
+            await killed_during(data, "session.fork.before_commit:1", [("session.fork", {
+                "sessionId": f"native-pi:dmg-{name}", "submissionId": f"fork-{name}"})],
+                serve_args=("--native-pi-root", str(pi_root)))
         published = tree(pi_root)
         assert len(published) == 2 * len(variants)  # each child was published before its kill
         async with native_host(data, pi_root) as (proc, c):
