@@ -68,6 +68,20 @@ def _anchored(view: dict[str, Any]) -> None:
         assert cp["throughMessageId"] in ids, cp
 
 
+FIRST_EXCHANGE = ({"id": "u1", "role": "user", "blocks": [{"type": "text", "text": "question 1"}]},
+                  {"id": "a1", "role": "assistant", "blocks": [{"type": "text", "text": "answer 1"}]})
+"""The first of :func:`_two_exchanges`' messages, as a stored checkpoint's retained tail holds them."""
+
+
+async def _two_exchanges(root: Path) -> str:
+    """A new session holding two question/answer exchanges (``u1``/``a1``, ``u2``/``a2``), the host stopped."""
+    async with real_host(root) as (_, c):
+        sid: str = (await c.call("session.create", {}))["id"]
+        await _exchange(c, sid, 1)
+        await _exchange(c, sid, 2)
+    return sid
+
+
 async def test_a_rewrite_that_removes_a_middle_anchor_drops_that_checkpoint_only(tmp_path: Path) -> None:
     """c1 (a1), c2 (a2), c3 (a3); a rewrite leaves a2 out. Every read drops c2 and only c2: session.get
     whole and windowed keep c1, c3 oldest first, session.context applies c3, a whole fork copies c1 and c3,
@@ -391,12 +405,8 @@ async def test_a_stored_tail_is_read_within_the_bound_its_mode_names(tmp_path: P
     the whole tail, assistant reply included, after the summary. A reader holds the bound the mode names:
     a completed-turn tail reads empty, an active-turn tail reads as its latest user message."""
     root = data_dir(tmp_path)
-    async with real_host(root) as (_, c):
-        sid = (await c.call("session.create", {}))["id"]
-        await _exchange(c, sid, 1)
-        await _exchange(c, sid, 2)
-    tail = [{"id": "u1", "role": "user", "blocks": [{"type": "text", "text": "question 1"}]},
-            {"id": "a1", "role": "assistant", "blocks": [{"type": "text", "text": "answer 1"}]}]
+    sid = await _two_exchanges(root)
+    tail = [dict(m) for m in FIRST_EXCHANGE]
     path = root / "sessions" / f"{sid}.jsonl"
     with path.open("ab") as f:
         for cid, mode in (("done", "completed_turn"), ("active", "active_turn")):
@@ -462,12 +472,8 @@ async def test_a_fork_writes_a_stored_over_bound_or_legacy_tail_as_the_reads_ser
     over-bound records. The child's file holds each checkpoint as a read of the parent serves it: the same
     tail (its ids remapped) and the mode the read names."""
     root = data_dir(tmp_path)
-    async with real_host(root) as (_, c):
-        sid = (await c.call("session.create", {}))["id"]
-        await _exchange(c, sid, 1)
-        await _exchange(c, sid, 2)
-    tail = [{"id": "u1", "role": "user", "blocks": [{"type": "text", "text": "question 1"}]},
-            {"id": "a1", "role": "assistant", "blocks": [{"type": "text", "text": "answer 1"}]}]
+    sid = await _two_exchanges(root)
+    tail = [dict(m) for m in FIRST_EXCHANGE]
     records: dict[str, dict[str, Any]] = {
         "done": {"retainedTail": tail, "details": {"retainedTailMode": "completed_turn", "generation": 4}},
         "active": {"retainedTail": tail, "details": {"retainedTailMode": "active_turn", "generation": 4}},
