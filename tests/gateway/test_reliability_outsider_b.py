@@ -882,7 +882,9 @@ async def _stream_until_killed(data: Path, sid: str, turn: str, reply_id: str, a
 
 # --------------------------------------------------------------------------------- row 16: clock jumps
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+# Debian's faketime package (scripts/_system_deps.sh installs it), under the machine's multiarch folder
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))),
+                   Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"))
 
 
 def _no_preexec() -> None:
