@@ -59,6 +59,21 @@ def test_a_bad_token_fails_at_once_with_a_typed_exception(host: HostProcess, bac
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_token_given_with_the_data_directory_is_the_one_sent(host: HostProcess, backend: str) -> None:
+    """``connect(data_dir=..., token=...)`` ignored the token it was given and sent the token file's, so a
+    wrong token connected (and a right one given for a data directory whose token file this user cannot read
+    never counted). The data directory names the url; a token given is the one sent."""
+    exc = _raised(backend, data_dir=host.data_dir, token="0" * 64, connect_timeout=30)
+    assert type(exc) is HostRefused and exc.code == "UNAUTHENTICATED", repr(exc)
+
+    async def right_token() -> str:
+        async with connect(client_id="failures", data_dir=host.data_dir, token=f"{host.token}\n") as client:
+            return str((await client.host.status())["version"])
+
+    assert anyio.run(right_token, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_refused_handshake_fails_at_once_even_when_waiting_for_a_host(host: HostProcess, backend: str) -> None:
     """clients/python/README.md, "The first connection": a handshake the host refuses (an Origin it does not
     allow: 403) is ``HostRefused`` (``HANDSHAKE_REFUSED``, the status and the host's reason) at once, as in the

@@ -62,6 +62,7 @@ Runs under asyncio and trio (anyio). What it does for you:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -824,7 +825,8 @@ async def connect(url: str | None = None, token: str | None = None, *,
                   on_state: Callable[[str], None] | None = None,
                   on_callback_error: Callable[[Exception, str], None] | None = None) -> AsyncIterator[Client]:
     """Connect to a host by ``url`` + ``token``, or by its data directory (``host.json``; the
-    default data directory when neither is given). ``client_id`` should be stable per install
+    default data directory when neither is given; a ``token`` given with it is the one sent, not the token
+    file's). ``client_id`` should be stable per install
     (it scopes command receipts); a random one is used when absent.
 
     Fails at once, with a :class:`ConnectionLost` subclass (never an exception group), on the first failure
@@ -862,6 +864,11 @@ async def connect(url: str | None = None, token: str | None = None, *,
 
         def endpoint() -> HostInfo:
             return fixed
+    elif token is not None:
+        given = token.strip()
+
+        def endpoint() -> HostInfo:  # the data directory names the url; the token given is the one sent
+            return dataclasses.replace(read_host_info(data_dir), token=given)
     else:
         def endpoint() -> HostInfo:
             return read_host_info(data_dir)
