@@ -31,7 +31,7 @@ import trio
 from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, wrap_client_stream
 
 from protocol.jsonrpc import loads_large
-from protocol.unsendable import describe, holds_non_finite, unsendable
+from protocol.unsendable import describe, holds_other, unsendable
 from store.rules import MAX_JSON_DEPTH
 
 __all__ = [
@@ -158,9 +158,12 @@ def _encode(payload: Any) -> str:
     """A request (or a batch of them) as the text of one frame, or an :class:`RpcError` and nothing sent: params
     that hold what JSON cannot carry are refused as ``pihost_client`` refuses them (``INVALID_PARAMS``, ``data.sent``
     false, ``data.errors`` saying where; the check both share, :mod:`protocol.unsendable`), nesting past what orjson
-    writes as ``PARSE_ERROR``. orjson writes NaN and ±Infinity as ``null``, so a frame holding ``null`` is looked
-    into for one (quickly, :func:`holds_non_finite`; then where). What orjson has no form for but JSON has (an
-    integer key, an integer past 64 bits) is written by the standard encoder."""
+    writes as ``PARSE_ERROR``. orjson writes NaN and ±Infinity as ``null``, a ``datetime``, ``date`` or ``time`` as
+    an ISO string, a ``UUID`` as its text, a dataclass as an object and an ``Enum`` as its value, all without a word,
+    so a frame whose params hold anything but plain values is looked into (quickly, :func:`holds_other`; then
+    where). A lone surrogate (no UTF-8 frame carries it) fails orjson and is named with its path. What orjson has no
+    form for but JSON has (an integer key, an integer past 64 bits) is written by the standard encoder: this
+    client sends an integer the host refuses, so tests see the host's answer."""
     try:
         frame = orjson.dumps(payload)
     except orjson.JSONEncodeError as exc:
@@ -172,26 +175,26 @@ def _encode(payload: Any) -> str:
                            f"more than {MAX_JSON_DEPTH} containers, the request object being level 1); nothing was "
                            "sent", {"code": "PARSE_ERROR", "retriable": False, "maxDepth": MAX_JSON_DEPTH,
                                     "sent": False}) from None
-        _refuse_unsendable(payload, non_finite_only=False)
+        _refuse_unsendable(payload)
         try:
             text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
-            text.encode("utf-8")  # a lone surrogate: no UTF-8 frame carries it (the host answers no id for one)
+            text.encode("utf-8")  # a lone surrogate outside params (a method name): no UTF-8 frame carries it
             return text
         except (ValueError, TypeError) as stdlib_exc:  # found nothing to name: say what the encoders said
             raise RpcError(-32602, "INVALID_PARAMS", f"the request holds a value the encoder refused ({exc}; "
                            f"{stdlib_exc}), which JSON cannot carry; nothing was sent",
                            {"code": "INVALID_PARAMS", "retriable": False, "sent": False}) from None
-    if b"null" in frame and holds_non_finite([payload]):
-        _refuse_unsendable(payload, non_finite_only=True)
+    if holds_other([payload]):
+        _refuse_unsendable(payload)
     return frame.decode("utf-8")
 
 
-def _refuse_unsendable(payload: Any, *, non_finite_only: bool) -> None:
+def _refuse_unsendable(payload: Any) -> None:
     """The ``INVALID_PARAMS`` refusal of the first request in ``payload`` (one, or a batch) whose params hold
-    what JSON cannot carry (only NaN and ±Infinity when ``non_finite_only``); nothing when none does."""
+    what JSON cannot carry; nothing when none does. Integers past 64 bits are let through (see :func:`_encode`)."""
     for request in payload if isinstance(payload, list) else [payload]:
         if isinstance(request, dict) and "params" in request:
-            found = unsendable(request["params"], non_finite_only=non_finite_only)
+            found = unsendable(request["params"], wide_ints=True)
             if found is not None:
                 message, data = describe(str(request.get("method")), *found)
                 raise RpcError(-32602, "INVALID_PARAMS", message, data)

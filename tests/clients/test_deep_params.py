@@ -3,16 +3,23 @@ code the host gives them (``PARSE_ERROR``, protocol/README "JSON input must be s
 on: ``pihost_client`` at the host's own limit (``MAX_JSON_DEPTH`` containers, the request object being level 1;
 its encoder raised a bare ``RecursionError`` past ~1000 levels), the host's own ``HostClient`` past what orjson
 writes (254 levels: it raised orjson's bare ``TypeError``; up to there it sends, so tests see the host's answer).
-Params JSON cannot carry (NaN, a set, bytes) are refused by both before sending too (one shared check), as
-``INVALID_PARAMS``."""
+Params JSON cannot carry (NaN, a set, bytes; a ``datetime``, a ``UUID``, a dataclass or an ``Enum``, which orjson
+wrote as another value; a lone surrogate; for ``pihost_client`` an integer outside the signed 64-bit range) are
+refused by both before sending too (one shared check, protocol/unsendable.py), as ``INVALID_PARAMS`` naming where."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
+import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
+from trio_websocket import open_websocket_url
 
 from pihost_client import MAX_JSON_DEPTH as CLIENT_MAX_DEPTH
 from pihost_client import RpcError, connect
@@ -81,6 +88,35 @@ class Opaque:
     """An object JSON has no form for."""
 
 
+class Colour(enum.Enum):
+    """An enum that is no ``int`` or ``str``: orjson wrote its value."""
+
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    """An ``int`` too: sent as that integer by both clients."""
+
+    HIGH = 3
+
+
+class Tone(enum.StrEnum):
+    """A ``str`` too: sent as that string by both clients."""
+
+    WARM = "warm"
+
+
+@dataclasses.dataclass
+class Point:
+    """A dataclass: orjson wrote it as an object."""
+
+    x: int
+
+
+AT = datetime.datetime(2026, 12, 7, 10, 0, tzinfo=datetime.UTC)
+ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
+
+
 UNSENDABLE: list[tuple[dict[str, Any], str, str]] = [
     # params, what the message names, where (data.errors[0].loc: the host's dotted spelling)
     ({"x": float("nan")}, "NaN at params.x", "x"),
@@ -91,6 +127,26 @@ UNSENDABLE: list[tuple[dict[str, Any], str, str]] = [
     ({"x": {"deep": Opaque()}}, "an Opaque at params.x.deep", "x.deep"),
     ({"x": {(1, 2): "tuple key"}}, "a key of type tuple at params.x", "x"),
     ({"x": {"odd key": {float("nan"): 1}}}, "a NaN key at params.x[\"odd key\"]", "x.odd key"),
+    # what orjson wrote without a word (a string, an object or a value the caller did not write)
+    ({"x": {"at": AT}}, "a datetime at params.x.at", "x.at"),
+    ({"x": [AT.date()]}, "a date at params.x[0]", "x.0"),
+    ({"x": AT.time()}, "a time at params.x", "x"),
+    ({"x": ID}, "a UUID at params.x", "x"),
+    ({"x": {"p": Point(1)}}, "a Point at params.x.p", "x.p"),
+    ({"x": Colour.RED}, "a Colour at params.x", "x"),
+    # no UTF-8 frame carries a lone surrogate (pihost_client: a bare UnicodeEncodeError from the socket; HostClient:
+    # orjson's bare message, no path)
+    ({"x": {"text": "a\ud800b"}}, "a lone surrogate at params.x.text", "x.text"),
+    ({"x": ["ok", "\udfff"]}, "a lone surrogate at params.x[1]", "x.1"),
+    ({"x": {"k\udc00": 1}}, "a lone surrogate in a key at params.x", "x"),
+]
+
+WIDE_INTS: list[tuple[dict[str, Any], str, str]] = [
+    # integers the host refuses as PARSE_ERROR (outside the signed 64-bit range): pihost_client refuses them before
+    # sending; HostClient sends them, so tests see the host's answer
+    ({"x": 2**63}, "an integer outside the signed 64-bit range at params.x", "x"),
+    ({"x": [-(2**63) - 1]}, "an integer outside the signed 64-bit range at params.x[0]", "x.0"),
+    ({"x": {"y": 2**70}}, "an integer outside the signed 64-bit range at params.x.y", "x.y"),
 ]
 
 
@@ -107,7 +163,7 @@ async def test_params_json_cannot_carry_are_refused_before_sending(tmp_path: Pat
     try:
         with trio.fail_after(60):
             async with connect(data_dir=tmp_path, client_id="unsendable-sdk", reconnect_timeout=2) as c:
-                for params, named, loc in UNSENDABLE:
+                for params, named, loc in UNSENDABLE + WIDE_INTS:
                     with pytest.raises(RpcError) as refused:
                         await c.call("session.list", params)
                     err = refused.value
@@ -173,7 +229,7 @@ async def test_the_hosts_own_client_refuses_what_json_cannot_carry(tmp_path: Pat
                 with pytest.raises(HostRpcError) as surrogate:  # no UTF-8 text carries it: refused, not sent
                     await raw.call("session.list", {"x": "a\ud800"})
                 assert surrogate.value.data_code == "INVALID_PARAMS" and surrogate.value.data["sent"] is False
-                assert "surrogates not allowed" in surrogate.value.message
+                assert "at params.x, which JSON cannot carry" in surrogate.value.message
                 for carried in ({"x": {1: "int key"}}, {"x": 2**70}):  # orjson refuses these; JSON carries them
                     with pytest.raises(HostRpcError) as answered:
                         await raw.call("session.list", carried)
@@ -210,5 +266,107 @@ async def test_subscribe_params_go_through_the_same_check(tmp_path: Path) -> Non
                 assert c.connected and c.connects == 1
                 async with c.subscribe(["session.message"]) as events:
                     assert events.wire_id is not None
+    finally:
+        stop(host)
+
+
+def message(text: Any, at: Any = 1) -> dict[str, Any]:
+    """A user message whose ``meta.at`` is ``at``."""
+    return {"id": "m1", "role": "user", "blocks": [{"type": "text", "text": text}], "meta": {"at": at}}
+
+
+SILENT: list[tuple[dict[str, Any], str]] = [
+    # a message orjson wrote with another value than the caller's (HostClient stored it), or no frame carries
+    (message("hi", AT), "a datetime at params.message.meta.at"),
+    (message("hi", ID), "a UUID at params.message.meta.at"),
+    (message("hi", Point(2)), "a Point at params.message.meta.at"),
+    (message("hi", Colour.RED), "a Colour at params.message.meta.at"),
+    (message("a\ud800"), "a lone surrogate at params.message.blocks[0].text"),
+    (message("hi", 2**64), "an integer outside the signed 64-bit range at params.message.meta.at"),
+]
+
+
+async def test_a_refused_message_never_reaches_the_host(tmp_path: Path) -> None:
+    """A message holding a value JSON cannot carry as it is (a ``datetime``, a ``UUID``, a dataclass, an ``Enum``:
+    orjson wrote them as a string, an object or the enum's value, so the host's own client stored a message the
+    caller did not write; a lone surrogate: ``pihost_client``'s socket raised a bare ``UnicodeEncodeError`` once the
+    call was marked sent) is refused by both clients before any frame leaves, naming where
+    (``params.message.meta.at``), and the session holds no message after it. ``pihost_client``'s retries do not run
+    on the refusal (one try, no frame, no reconnect), and the write's ``submissionId`` is not spent: the same key with
+    a good message then applies once. An ``IntEnum`` or ``StrEnum`` is an ``int`` or ``str``: both clients send that
+    value, as the standard encoder does."""
+    host = await trio.to_thread.run_sync(start_host_process, tmp_path)
+    try:
+        with trio.fail_after(60):
+            async with connect(data_dir=tmp_path, client_id="silent-sdk", reconnect_timeout=2) as c:
+                sid = (await c.session.create(title="SDK"))["id"]
+                conn = c._conn
+                assert conn is not None
+                frames: list[str] = []
+                send = conn.ws.send
+
+                async def counted(text: str) -> None:
+                    frames.append(text)
+                    await send(text)
+
+                conn.ws.send = counted  # type: ignore[method-assign]
+                for bad, named in SILENT:
+                    with pytest.raises(RpcError) as refused:
+                        await c.session.append_message(session_id=sid, message=bad,  # type: ignore[arg-type]
+                                                       submission_id="silent-1")
+                    err = refused.value
+                    assert err.data_code == "INVALID_PARAMS" and not err.retriable and err.data["sent"] is False
+                    assert f"session.appendMessage: params hold {named}, which JSON cannot carry" in err.message
+                assert frames == [] and c.connects == 1  # nothing left, no retry, no reconnect
+                assert (await c.session.get(session_id=sid))["messages"] == []
+                await c.session.append_message(session_id=sid, message=message("hi"),  # type: ignore[arg-type]
+                                               submission_id="silent-1")
+                messages = (await c.session.get(session_id=sid))["messages"]
+                assert [m["id"] for m in messages] == ["m1"]
+                await c.settings.set(ns="ui", key="enums", value={"level": Level.HIGH, "tone": Tone.WARM})
+                assert (await c.settings.get(ns="ui", key="enums"))["value"] == {"level": 3, "tone": "warm"}
+            async with open_client(host.url, host.token, client_id="silent-raw") as raw:
+                sid = (await raw.call("session.create", {"title": "raw"}))["id"]
+                for bad, named in SILENT[:-1]:  # HostClient sends an integer past 64 bits (the host's answer)
+                    with pytest.raises(HostRpcError) as raw_refused:
+                        await raw.call("session.appendMessage", {"sessionId": sid, "message": bad})
+                    said = f"session.appendMessage: params hold {named}, which JSON cannot carry; nothing was sent"
+                    assert raw_refused.value.message == said and raw_refused.value.data["sent"] is False
+                got = await raw.call("session.get", {"sessionId": sid})
+                assert got["messages"] == []
+                await raw.call("settings.set", {"ns": "ui", "key": "enums2",
+                                                "value": {"level": Level.HIGH, "tone": Tone.WARM}})
+                answer = await raw.call("settings.get", {"ns": "ui", "key": "enums2"})
+                assert answer["value"] == {"level": 3, "tone": "warm"}
+    finally:
+        stop(host)
+
+
+async def test_the_host_refuses_an_escaped_lone_surrogate_as_the_clients_do(tmp_path: Path) -> None:
+    """The clients refuse a lone surrogate before sending; a frame that carries one as an escape (``"\\ud800"`` in
+    JSON text, valid UTF-8) is refused by the host too, as ``PARSE_ERROR`` with ``id: null`` (protocol/README "JSON
+    input must be strict"), and nothing is written: the two agree that such a string is never taken."""
+    host = await trio.to_thread.run_sync(start_host_process, tmp_path)
+    try:
+        with trio.fail_after(60):
+            async with open_websocket_url(host.url) as ws:
+                await ws.send_message(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "host.hello", "params": {
+                    "token": host.token, "clientId": "escaped", "clientKind": "test", "protocol": 1}}).decode())
+                assert "result" in orjson.loads(await ws.get_message())
+                for text in ('"a\\ud800b"', '"\\udfff"', '"\\ude00\\ud83d"'):
+                    await ws.send_message('{"jsonrpc": "2.0", "id": 2, "method": "settings.set", "params": '
+                                          f'{{"ns": "ui", "key": "lone", "value": {text}}}}}')
+                    answer = orjson.loads(await ws.get_message())
+                    assert answer["id"] is None and answer["error"]["data"]["code"] == "PARSE_ERROR", answer
+                await ws.send_message('{"jsonrpc": "2.0", "id": 3, "method": "settings.get", '
+                                      '"params": {"ns": "ui", "key": "lone"}}')
+                got = orjson.loads(await ws.get_message())
+                assert got["id"] == 3 and "value" not in got["result"], got
+                await ws.aclose()
+            async with connect(data_dir=tmp_path, client_id="escaped-sdk") as c:
+                with pytest.raises(RpcError) as refused:
+                    await c.settings.set(ns="ui", key="lone", value="a\ud800b")
+                assert refused.value.data["sent"] is False
+                assert "a lone surrogate at params.value" in refused.value.message
     finally:
         stop(host)

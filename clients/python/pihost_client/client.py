@@ -69,6 +69,7 @@ import logging
 import math
 import os
 import random
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -766,18 +767,34 @@ def _refuse_too_deep(method: str, params: dict[str, Any]) -> None:
 
 def _encode_params(method: str, params: dict[str, Any]) -> _Encoded:
     """``params`` as JSON text, or an :class:`RpcError` ``INVALID_PARAMS`` (``data.sent`` false, ``data.errors``
-    saying where) when they hold what JSON cannot carry: NaN or ±Infinity (strict JSON has no such number: the
-    host refuses the frame), or a value JSON has no form for (a set, bytes, any other object; a key that is no
-    string, number, boolean or None). Nothing is sent; the connection, and a retry-safe write's ``submissionId``
-    (never sent), stay as they were. Only a failed encode looks for where (:func:`unsendable`, the check the
-    host's own client shares), after :func:`_refuse_too_deep` (no cycle, a bounded depth): a call whose params
-    encode pays nothing more than the one encode every try used to repeat."""
+    saying where) when they hold what the protocol's JSON cannot carry (:mod:`._unsendable`): NaN or ±Infinity
+    (strict JSON has no such number: the host refuses the frame), a value JSON has no form for (a set, bytes, a
+    ``datetime``, a ``UUID``, a dataclass, an ``Enum`` that is no ``int`` or ``str``, any other object; a key that is
+    no string, number, boolean or None), a string holding a lone surrogate (no UTF-8 frame carries it: the socket
+    raised a bare ``UnicodeEncodeError``), or an integer outside the signed 64-bit range (the host refuses the frame
+    as ``PARSE_ERROR``). Nothing is sent; the connection, and a retry-safe write's ``submissionId`` (never sent),
+    stay as they were. Only a failed encode, or a text with a surrogate or a run of 19 digits in it, looks for where
+    (:func:`unsendable`, the check the host's own client shares), after :func:`_refuse_too_deep` (no cycle, a
+    bounded depth): a call whose params encode pays one regular-expression scan of the text more than the one
+    encode every try used to repeat."""
     try:
-        return _Encoded(json.dumps(params, ensure_ascii=False, allow_nan=False))
+        text = json.dumps(params, ensure_ascii=False, allow_nan=False)
     except (ValueError, TypeError) as exc:
         found = unsendable(params) or (f"a value the encoder refused ({exc})", [])
-        message, data = describe(method, *found)
-        raise RpcError(-32602, "INVALID_PARAMS", message, data) from None
+    else:
+        if _SUSPECT.search(text) is None:
+            return _Encoded(text)
+        suspect = unsendable(params)  # a run of digits may be in a string, or an integer that fits
+        if suspect is None:
+            return _Encoded(text)
+        found = suspect
+    message, data = describe(method, *found)
+    raise RpcError(-32602, "INVALID_PARAMS", message, data) from None
+
+
+_SUSPECT = re.compile("[\ud800-\udfff]|[0-9]{19}")
+"""What in an encoded text may be a lone surrogate, or an integer outside the signed 64-bit range (19 digits or
+more; 2**63 - 1 has 19)."""
 
 
 def _positive(name: str, value: float) -> float:
