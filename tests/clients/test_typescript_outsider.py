@@ -403,6 +403,52 @@ UNSENDABLE_TS = [
 ]
 
 
+def test_lone_surrogates_and_wide_integers_are_refused_as_the_python_client_does(harness: Path,
+                                                                              data_dir: Path) -> None:
+    """A string or key holding a lone surrogate, and a number written as an integer outside the signed 64-bit range
+    (2**63 on), are refused before anything is sent, as ``INVALID_PARAMS`` naming what and where (``data.sent``
+    false), as the Python client refuses them (tests/clients/test_deep_params.py). ``JSON.stringify`` wrote the
+    surrogate as an escape (``"\\ud800"``), which the host refuses as ``PARSE_ERROR`` with ``id: null``: no answer
+    to the call, which waited until its timeout; the integer went to the host, which answered ``PARSE_ERROR`` after
+    the frame had left. A whole surrogate pair, and an integer in range with 19 digits, are sent as they are; the
+    refused write's ``submissionId`` was never sent, so the same key with good params applies once."""
+    host = start_host_process(data_dir)
+    node = Node(harness, host.url, host.token)
+    try:
+        node.expect(lambda x: x.get("kind") == "connected")
+        for make, named, path, where in (
+                ("lone", "a lone surrogate", ["value", "w"], "params.value.w"),
+                ("loneLow", "a lone surrogate", ["value", "list", 1], "params.value.list[1]"),
+                ("loneKey", "a lone surrogate in a key", ["value", "w"], "params.value.w"),
+                ("2**63", "an integer outside the signed 64-bit range", ["value", "w"], "params.value.w"),
+                ("-2**63", "an integer outside the signed 64-bit range", ["value", "list", 0], "params.value.list[0]")):
+            done = _with(node, f"{make}-{len(path)}", "settings.set", path, make, ns="ui", key="k",
+                         value={"list": [1, 2]}, submissionId="ts-lone-1")
+            assert done.get("name") == "RpcError" and done["dataCode"] == "INVALID_PARAMS", done
+            assert done["data"]["sent"] is False and done["data"]["retriable"] is False, done
+            assert f"settings.set: params hold {named} at {where}, which JSON cannot carry; nothing was sent" in (
+                done["error"]), done
+            assert [e["loc"] for e in done["data"]["errors"]] == [".".join(str(p) for p in path)], done
+        done = _subscribe_with(node, "sessionId", "lone")
+        assert done.get("dataCode") == "INVALID_PARAMS" and done["data"]["sent"] is False, done
+        assert "events.subscribe: params hold a lone surrogate at params.sessionId" in done["error"], done
+        assert _call(node, "settings.get", ns="ui", key="k")["value"].get("value") is None  # nothing was written
+        # 2**62 is written in its shortest digits (4611686018427388000): in range, 19 of them
+        for make, expect in (("pair", "a\U0001f600b"), ("2**62", 4611686018427388000)):
+            kept = _with(node, f"{make}-kept", "settings.set", ["value", "w"], make, ns="ui", key=f"k-{make}",
+                         value={})
+            assert kept.get("value", {}).get("value") == {"w": expect}, kept
+        good = _call(node, "settings.set", ns="ui", key="k", value={"w": 1}, submissionId="ts-lone-1")
+        assert good.get("value", {}).get("value") == {"w": 1}, good
+        assert node.run("pending") == {"waiting": 0, "inFlight": 0}
+        states = [x["state"] for x in node.lines if x.get("kind") == "state"]
+        assert states == ["connecting", "connected"], states  # one connection throughout
+        node.run("close")
+        assert node.proc.wait(timeout=10) == 0
+    finally:
+        _end(node, host)
+
+
 def test_params_json_cannot_carry_are_refused_before_sending(harness: Path, data_dir: Path) -> None:
     """clients/typescript/README.md: params JSON cannot carry are refused before anything is sent, as an
     ``RpcError`` ``INVALID_PARAMS`` naming the method, what and where (``data.sent`` false), as the Python client

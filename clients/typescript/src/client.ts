@@ -285,17 +285,28 @@ function opaqueName(value: object): string | null {
   return null;
 }
 
+/** A UTF-16 surrogate that is not half of a pair: `JSON.stringify` writes it as an escape (`"\\ud800"`), which the
+ * host refuses as `PARSE_ERROR` with `id: null` (no answer to the call), as the Python client refuses it. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** What in `JSON.stringify`'s text may be a lone surrogate's escape, or an integer outside the signed 64-bit range
+ * (19 digits or more): then the params are looked into. */
+const SUSPECT = /\\ud[89a-f]|[0-9]{19}/;
+
 /** Why one value that is no object cannot be written as it is (null: it can). `inArray`: `JSON.stringify` writes
  * `undefined`, a function or a symbol in an array as `null`, and leaves such a member out of an object, as an absent
  * key (accepted). */
 function unsendableLeaf(item: unknown, inArray: boolean): string | null {
   switch (typeof item) {
     case "string":
+      return LONE_SURROGATE.test(item) ? "a lone surrogate" : null; // written as an escape the host refuses
     case "boolean":
     case "object": // null
       return null;
     case "number":
-      return Number.isFinite(item) ? null : String(item); // NaN, Infinity, -Infinity: written null
+      if (!Number.isFinite(item)) return String(item); // NaN, Infinity, -Infinity: written null
+      // written as an integer literal the host refuses (PARSE_ERROR) from 2**63 on, up to 1e21 (then in e-notation)
+      return Math.abs(item) >= 2 ** 63 && Math.abs(item) < 1e21 ? "an integer outside the signed 64-bit range" : null;
     case "bigint":
       return "a bigint"; // JSON.stringify throws
     case "undefined":
@@ -306,7 +317,8 @@ function unsendableLeaf(item: unknown, inArray: boolean): string | null {
 }
 
 /** A value of `params` that JSON cannot carry as it is: a number that is not finite (NaN, ±Infinity:
- * `JSON.stringify` writes `null`), a bigint (it throws), `undefined`, a function or a symbol in an array (`null`; as
+ * `JSON.stringify` writes `null`) or an integer outside the signed 64-bit range (the host refuses it), a string or a
+ * key holding a lone surrogate (written as an escape the host refuses), a bigint (it throws), `undefined`, a function or a symbol in an array (`null`; as
  * a member it is left out, like an absent key, and accepted), a Map, Set, ArrayBuffer or typed array (written `{}`
  * or as an object of indexes); or a container nested deeper than `maxLevel` (the request object being level 1).
  * Null when there is none. An object with a `toJSON` (a Date) is written as that returns, and not looked into. Only a call whose params
@@ -343,6 +355,9 @@ function unsendable(params: object, where: boolean, maxLevel: number): Unsendabl
     const count = keys === null ? (container as unknown as unknown[]).length : keys.length;
     for (let i = count - 1; i >= 0; i--) { // pushed last to first: the first is looked at first
       const key = keys === null ? i : (keys[i] as string);
+      if (typeof key === "string" && LONE_SURROGATE.test(key)) {
+        return { what: "a lone surrogate in a key", loc, tooDeep: false };
+      }
       const item = container[key];
       if (where) traced.push({ value: item, level: level + 1, loc: [...loc, key], inArray: isArray });
       else if (typeof item === "object" && item !== null) {
@@ -413,7 +428,8 @@ function encodeParams(method: string, params: object): EncodedParams {
     failure = err; // a bigint, a cycle, too deep for the stack; a toJSON or a getter that throws
   }
   if (text !== undefined && nestsTooDeep(text)) throw tooDeepError(method); // written, but the host refuses it
-  if (text !== undefined && ((!text.includes("null") && !text.includes("{}") && !text.includes('{"0":'))
+  if (text !== undefined && ((!text.includes("null") && !text.includes("{}") && !text.includes('{"0":')
+      && !SUSPECT.test(text))
     || unsendable(params, false, Infinity) === null)) { // written: no cycle, the walk ends
     return new EncodedParams(text);
   }

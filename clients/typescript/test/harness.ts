@@ -64,6 +64,13 @@ function made(name: string): unknown {
     case "Set": return new Set([1]);
     case "Uint8Array": return new Uint8Array([1, 2]);
     case "Date": return new Date(0);
+    case "lone": return "a\uD800b";
+    case "loneLow": return "\uDFFF";
+    case "loneKey": return { ["k\uDC00"]: 1 };
+    case "pair": return "a\uD83D\uDE00b"; // a whole pair: 😀
+    case "2**63": return 2 ** 63;
+    case "-2**63": return -(2 ** 63);
+    case "2**62": return 2 ** 62; // in range, 19 digits
     case "deep": {
       let value: unknown = 1;
       for (let i = 0; i < 5000; i++) value = [value];
