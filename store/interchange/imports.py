@@ -43,7 +43,15 @@ from store.interchange.import_write import (
     undo,
     valid_answer,
 )
-from store.interchange.importers import content_fingerprint, discover, former_ids, kept_as_imported, named_as_before
+from store.interchange.importers import (
+    content_fingerprint,
+    discover,
+    diverged_from,
+    file_names,
+    former_ids,
+    kept_as_imported,
+    named_as_before,
+)
 from store.interchange.importers.common import Refused, SessionReport, SourceUnit, session_id_for
 from store.interchange.importers.report import MAX_UNKNOWN_KINDS, FileReport, unknown_kinds
 from store.interchange.origin_history import origin_row
@@ -124,10 +132,34 @@ def resolve_unit(conn: sqlite3.Connection, unit: SourceUnit) -> SourceUnit:
     external id gives, and that session's import record. A former id counts when the record is this
     source's host import and lists the unit's primary file, so a copy of a transcript elsewhere never
     joins the session of its original. The unit comes back unchanged when a session has its own id.
+
+    A file whose name other files share (a Claude Code session copied into another project folder: the longest
+    file is named plainly, the others ``<name>@<path digest>``, :func:`~store.interchange.importers.file_names`)
+    stays the session it was first imported as: the import record of either name that lists the file names it,
+    whichever file is the longest now; and a file not imported yet is the copy when the plain name's record lists
+    another file of that name that is still there and has parted ways with it. So a copy grown past its original
+    neither takes the original's session nor leaves the original's file to start a second one.
     """
-    if not unit.files or conn.execute("SELECT 1 FROM sessions WHERE id = ?", (unit.session_id,)).fetchone():
+    if not unit.files:
         return unit
     primary = str(unit.files[0])
+    names = file_names(unit)
+    if names is not None:
+        own, copy = names
+        plain_row = None
+        for external in names:
+            row = origin_row(conn, session_id_for(unit.source, external))
+            if row is None or row["pluginId"] != HOST_IMPORTER or row["sourceId"] != unit.source:
+                continue
+            if primary in _imported_files(row["origin"]):
+                return unit if external == unit.external_id else replace(unit, external_id=external)
+            if external == own:
+                plain_row = row
+        if (unit.external_id == own and plain_row is not None
+                and any(diverged_from(unit, Path(p)) for p in _imported_files(plain_row["origin"]))):
+            return replace(unit, external_id=copy)
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (unit.session_id,)).fetchone():
+        return unit
     for external in former_ids(unit):
         row = origin_row(conn, session_id_for(unit.source, external))
         if (row is not None and row["pluginId"] == HOST_IMPORTER and row["sourceId"] == unit.source

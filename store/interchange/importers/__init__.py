@@ -17,8 +17,8 @@ from types import MappingProxyType, ModuleType
 from store.interchange.importers import claude_code, codex, host_jsonl, opencode, pi
 from store.interchange.importers.common import SOURCES, ParseContext, Parsed, SourceUnit
 
-__all__ = ["IMPORTERS", "SOURCES", "content_fingerprint", "default_root", "discover", "former_ids", "kept_as_imported",
-           "named_as_before", "parse"]
+__all__ = ["IMPORTERS", "SOURCES", "content_fingerprint", "default_root", "discover", "diverged_from", "file_names",
+           "former_ids", "kept_as_imported", "named_as_before", "parse"]
 
 IMPORTERS: Mapping[str, ModuleType] = MappingProxyType({
     "claude-code": claude_code,
@@ -66,6 +66,22 @@ def former_ids(unit: SourceUnit) -> tuple[str, ...]:
     if unit.source == "claude-code":
         return claude_code.former_ids(unit)
     return ()
+
+
+def file_names(unit: SourceUnit) -> tuple[str, str] | None:
+    """The external ids (its session's own, a copy's) the unit's file may have been imported as, for a source that
+    names a file by which other files share its name (None: the unit has one name)."""
+    if unit.source == "claude-code":
+        return claude_code.file_names(unit)
+    return None
+
+
+def diverged_from(unit: SourceUnit, other: Path) -> bool:
+    """Whether ``other``, the file an import made the session of the unit's own name from, is another existing file
+    whose contents and the unit's part ways (:func:`file_names`)."""
+    if unit.source == "claude-code":
+        return claude_code.diverged_from(unit, other)
+    return False
 
 
 def named_as_before(unit: SourceUnit, holds: Callable[[str], bool]) -> SourceUnit:

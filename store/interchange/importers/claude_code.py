@@ -276,8 +276,36 @@ def _copy_name(main: Path, same_name: list[Path]) -> str:
     own = min(sizes)[2]
     if own == main or _starts_with(own, main):
         return main.stem
+    return _copy_id(main)
+
+
+def _copy_id(main: Path) -> str:
+    """``<file name>@<digest of its path>``: the external id of a main transcript that is not its session's own file."""
     digest = hashlib.sha256(str(main.absolute()).encode("utf-8", "surrogateescape")).hexdigest()[:12]
     return f"{main.stem}{COPY_MARK}{digest}"
+
+
+def file_names(unit: SourceUnit) -> tuple[str, str] | None:
+    """The two external ids a main transcript's unit may have been imported as: its file name (the session's own
+    file) and :func:`_copy_id` of its path (a copy in another folder); None for a unit without its main transcript.
+
+    Which file of a name is the session's own (:func:`_copy_name`) is decided from the files as they are now, but
+    once a file was imported it stays the session it was imported as: a copy that later grows past the original
+    keeps its ``@`` id, the original its plain one (:func:`store.interchange.imports.resolve_unit` finds each file
+    in the import records of both ids)."""
+    if not _has_main(unit):
+        return None
+    return unit.files[0].stem, _copy_id(unit.files[0])
+
+
+def diverged_from(unit: SourceUnit, other: Path) -> bool:
+    """Whether ``other`` (a file of the unit's main transcript's name that holds the session of the plain id) is
+    another existing file whose bytes and the unit's part ways: neither is the start of the other (an older copy
+    adds nothing to the session; a file that starts with the other's bytes goes on with it)."""
+    main = unit.files[0]
+    if other.name != main.name or other == main or not other.is_file():
+        return False
+    return not _starts_with(other, main) and not _starts_with(main, other)
 
 
 def _starts_with(longer: Path, shorter: Path) -> bool:
