@@ -5,8 +5,8 @@ The digest of the already-imported prefix was taken by reading the file once mor
 the parse had consumed (to check the bytes were the parse's), so every re-import of a grown file read it one
 time more than its parse does: a Claude Code session, whose parse read the main file in three passes, four
 times. The parse's own reader now keeps the digest at the offset the last import consumed to as it passes it,
-and a Claude Code parse reads its main file twice: one read-ahead (its tree and its subagents' Task calls, two
-passes before), then the conversion.
+and a Claude Code parse reads its main file once: into a bounded snapshot that its read-ahead (its tree and its
+subagents' Task calls, two passes before) and its conversion read (two reads of the file before).
 Counted with ``os.open``/``os.read``/``os.close`` wrapped for descriptors opened on the source file (every reader
 of a source goes through them), for each importer with a per-file digest (opencode has none: a content
 fingerprint); the earlier state recorded, and the older copy it answers, are as before.
@@ -39,9 +39,9 @@ SAMPLES = {
     "pi": "pi/agent-sessions_stub_provider_compaction.jsonl",
     "pi-host": "claude-code/codemie_v2.1.7_growing_file_turn2.jsonl",  # the transcript an import of it wrote
 }
-PASSES = {"claude-code": 2}
-"""Whole reads of the file a parse makes, where pinned: Claude Code's read-ahead (its tree, the subagents' Task
-calls: one pass, two before) and its conversion."""
+PASSES = {"claude-code": 1}
+"""Whole reads of the file a parse makes, where pinned: Claude Code's snapshot of it, which its read-ahead (its tree,
+the subagents' Task calls) and its conversion read (each read the file before: 2)."""
 PEEKED = {"claude-code": PEEK_CHUNK}
 """Bytes a first import reads beyond its parse at most: the ``sessionId`` an earlier version named a renamed
 transcript by (``claude_code.former_ids``), read a small chunk at a time (64 KiB each before). It is asked once:

@@ -235,7 +235,7 @@ async def test_claude_code_copy_an_earlier_import_made_of_a_repeated_line_is_hid
     data = tmp_path / "data"
     with trio.fail_after(TIMEOUT):
         with monkeypatch.context() as m:
-            m.setattr(claude_code, "_same_line", lambda path, span, rec: False)
+            m.setattr(claude_code, "_same_line", lambda path, span, rec, snapshot=None: False)
             m.setattr(claude_code, "MAX_REPEATED_IDS", 0)  # and no uuid written again is one message (rules 13)
             m.setattr(import_write, "IMPORT_RULES", 11)
             m.setattr(imports, "IMPORT_RULES", 11)

@@ -118,7 +118,6 @@ import functools
 import glob
 import hashlib
 import heapq
-import os
 import re
 from array import array
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -152,7 +151,6 @@ from store.interchange.importers.common import (
     join_id,
     json_value_ok,
     message_record,
-    open_source,
     parse_counted,
     parse_object,
     peek_field,
@@ -160,7 +158,7 @@ from store.interchange.importers.common import (
     text_block,
     to_ms,
 )
-from store.interchange.importers.reader import PEEK_CHUNK, Snapshot, read_snapshot
+from store.interchange.importers.reader import PEEK_CHUNK, Snapshot, read_snapshot, read_span
 from store.interchange.importers.usage_shape import normalize_usage
 
 SOURCE = "claude-code"
@@ -444,7 +442,8 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     shared = _Shared()
 
     files = unit.files[: ctx.limits.max_files_per_session]
-    snapshots = _snapshots(files[1:])
+    snapshots = _snapshots(files)
+    main_snapshot = snapshots.get(files[0]) if files else None
     sub_uuids: set[int] = set()
     sub_rewritten = {path: found for path in files[1:]
                      if (found := _scan_rewrites(path, ctx.limits, sub_uuids, snapshots.get(path)))}
@@ -452,14 +451,14 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
     loads the main transcript: a map by uuid, the last line set)."""
     inherited: set[int] = set()
     """The uuids of main-transcript lines that a subagent file writes too (:meth:`_FileConverter.inherited_line`)."""
-    scanned = _scan_tree(files[0], ctx.limits, shared, sub_uuids, inherited) if files else None
+    scanned = _scan_tree(files[0], ctx.limits, shared, sub_uuids, inherited, main_snapshot) if files else None
     split = scanned if isinstance(scanned, _Split) else None
     rewritten = scanned.rewritten if isinstance(scanned, _Split | _OneBranch) else {}
     not_split = scanned if isinstance(scanned, str) else scanned.not_split if isinstance(scanned, _OneBranch) else None
 
     def primary() -> Iterator[Slot]:
         conv = _FileConverter(ctx, meta, report, shared, sid, files[0], primary=True, rewritten=rewritten,
-                              home=files[0].parent.name if _is_copy(unit) else None)
+                              home=files[0].parent.name if _is_copy(unit) else None, snapshot=main_snapshot)
         if not_split is not None:
             conv.file.skipped[f"branches(not split: {not_split})"] += 1
         yield from conv.run(split.live_select if split is not None else None)
@@ -514,7 +513,8 @@ def parse(unit: SourceUnit, ctx: ParseContext) -> Parsed:
         lines = split.lines(b)
 
         def main() -> Iterator[Slot]:
-            conv = _FileConverter(ctx, bmeta, scratch, bshared, sid, files[0], primary=False, rewritten=rewritten)
+            conv = _FileConverter(ctx, bmeta, scratch, bshared, sid, files[0], primary=False, rewritten=rewritten,
+                                  snapshot=main_snapshot)
             yield from conv.run(lines.select, end=lines.end, unparsed=lines.unparsed)
 
         def sub(path: Path) -> Iterator[Slot]:
@@ -598,45 +598,30 @@ _SAME, _REWRITTEN, _OTHER_KIND = range(3)
 """How a line relates to the line its uuid had before (:func:`_written_again`)."""
 
 
-def _written_again(path: Path, span: tuple[int, int], rec: Mapping[str, Any]) -> int:
+def _written_again(path: Path, span: tuple[int, int], rec: Mapping[str, Any], snapshot: Snapshot | None = None) -> int:
     """A line whose uuid an earlier line (at ``span`` of ``path``) has: :data:`_SAME` (it says the same, a message
     written again), :data:`_REWRITTEN` (the same ``type`` saying something else: Claude Code's loader keeps the
     last line set, a map by uuid) or :data:`_OTHER_KIND` (another type, hand-made data; or unreadable)."""
-    if _same_line(path, span, rec):
+    if _same_line(path, span, rec, snapshot):
         return _SAME
-    current = _read_record(path, *span)
+    current = _read_record(path, *span, snapshot)
     return _REWRITTEN if current is not None and current.get("type") == rec.get("type") else _OTHER_KIND
 
 
-def _same_line(path: Path, span: tuple[int, int], rec: Mapping[str, Any]) -> bool:
+def _same_line(path: Path, span: tuple[int, int], rec: Mapping[str, Any], snapshot: Snapshot | None = None) -> bool:
     """Whether the line at ``span`` (offset, end) of ``path`` says what ``rec`` says (:func:`_says`). Read
     only for a line whose uuid came before, which is rare: the first line of each uuid is kept as its span."""
-    first = _read_record(path, *span)
+    first = _read_record(path, *span, snapshot)
     return first is not None and _says(first) == _says(rec)
 
 
-def _read_record(path: Path, offset: int, end: int) -> dict[str, Any] | None:
-    """The record of the line at ``offset``..``end`` of ``path`` (None: unreadable), read alone."""
+def _read_record(path: Path, offset: int, end: int, snapshot: Snapshot | None = None) -> dict[str, Any] | None:
+    """The record of the line at ``offset``..``end`` of ``path`` (None: unreadable): from the file's snapshot
+    (:func:`_snapshots`) when there is one, else read alone."""
     try:
-        fd = open_source(path)
+        return parse_object(read_span(path, offset, end, snapshot))
     except OSError:
         return None
-    try:
-        os.lseek(fd, offset, os.SEEK_SET)
-        chunks: list[bytes] = []
-        left = end - offset
-        while left > 0 and (chunk := os.read(fd, left)):
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return parse_object(b"".join(chunks))
-
-
-def _record_at(path: Path, span: tuple[int, int]) -> dict[str, Any] | None:
-    return _read_record(path, *span)
 
 
 def _node_kind(rec: Mapping[str, Any]) -> int:
@@ -729,9 +714,11 @@ class _Tree:
     and the abandoned ones (see the module docstring)."""
 
     def __init__(self, limit: int, path: Path, wanted: Collection[int] = (),
-                 inherited: set[int] | None = None) -> None:
+                 inherited: set[int] | None = None, snapshot: Snapshot | None = None) -> None:
         self.limit = limit
         self.path = path
+        self.snapshot = snapshot
+        """The file's bytes as :func:`_snapshots` read them (None: read from the disk)."""
         self.wanted = wanted
         """The uuids of the subagent files' message lines (:func:`_scan_rewrites`)."""
         self.inherited: set[int] = inherited if inherited is not None else set()
@@ -752,7 +739,7 @@ class _Tree:
         place; the node keeps the first line's offset and takes the last line's parent, kind and time. Inline
         sidechain lines (:attr:`side`) are counted here too; so are the uuids of a tree that failed (past a
         bound, or untrusted): the loader keeps its map by uuid whatever the file's size or shape."""
-        self.side = _Rewrites(path, limit, self.rewritten)
+        self.side = _Rewrites(path, limit, self.rewritten, snapshot)
         """The inline sidechain lines (Claude Code 1.x): no node of the tree, each uuid's first line."""
         self.complete = False
         """The whole file was read (:attr:`rewritten` names every such uuid)."""
@@ -781,7 +768,7 @@ class _Tree:
             node = self.index[key]
             last = self.rewritten.get(key)
             span = (last[1], last[2]) if last else (self.offsets[node], self.ends[node])
-            again = _written_again(self.path, span, rec)
+            again = _written_again(self.path, span, rec, self.snapshot)
             if again == _SAME:
                 return  # the same line written again: one node, as Claude Code keeps one message per uuid
             if again == _OTHER_KIND or (last is None and len(self.rewritten) >= MAX_REPEATED_IDS):
@@ -917,14 +904,14 @@ class _Tree:
 
 
 def _scan_tree(path: Path, limits: ImportLimits, shared: _Shared, sub_uuids: Collection[int] = (),
-               inherited: set[int] | None = None) -> _Split | _OneBranch | str | None:
+               inherited: set[int] | None = None, snapshot: Snapshot | None = None) -> _Split | _OneBranch | str | None:
     """Pass 1 over the main transcript: its branches; None: it imports in file order (see :meth:`_Tree.split`),
     or one of :data:`TOO_MANY` when that is because of a bound. A file that is no Claude Code transcript, or
     cannot be read, has none (the conversion says why). The uuids written again saying something else
     (:attr:`_Tree.rewritten`, known once the whole file was read) ride on the split, or on a
     :class:`_OneBranch` when the file has no other branch or is not split (in file order, past a bound).
     ``inherited`` receives those of ``sub_uuids`` (the subagent files' message uuids) a line of the file has."""
-    tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS), path, sub_uuids, inherited)
+    tree = _Tree(min(limits.max_tracked_ids, MAX_TREE_RECORDS), path, sub_uuids, inherited, snapshot)
     split = _split_tree(tree, path, limits, shared)
     rewritten = tree.rewritten if tree.complete else {}
     if isinstance(split, _Split):
@@ -954,8 +941,9 @@ class _Rewrites:
     to ``limit`` uuids; past it a line is a message of its own, as before) and, in ``found``, the last line of
     each uuid written again (:attr:`_Tree.rewritten`)."""
 
-    def __init__(self, path: Path, limit: int, found: dict[int, tuple[int, int, int]]) -> None:
-        self.path, self.limit, self.found = path, limit, found
+    def __init__(self, path: Path, limit: int, found: dict[int, tuple[int, int, int]],
+                 snapshot: Snapshot | None = None) -> None:
+        self.path, self.limit, self.found, self.snapshot = path, limit, found, snapshot
         self.index: dict[int, int] = {}
         self.spans = array("q")
         """Offset and end of each uuid's first line, two per uuid."""
@@ -970,7 +958,7 @@ class _Rewrites:
         first = self.spans[at]
         last = self.found.get(key)
         span = (last[1], last[2]) if last else (first, self.spans[at + 1])
-        if (_written_again(self.path, span, rec) == _REWRITTEN
+        if (_written_again(self.path, span, rec, self.snapshot) == _REWRITTEN
                 and (last is not None or len(self.found) < MAX_REPEATED_IDS)):
             self.found[key] = (first, offset, end)
 
@@ -984,17 +972,23 @@ is not followed: each such line stays a message of its own, as before. On a 28.8
 
 
 MAX_SNAPSHOT_BYTES = 64 << 20
-"""Bytes of a session's subagent files held in memory so that each is read from the disk once (:func:`_snapshots`):
-the rewrites scan, the first time stamp, the live conversion and each abandoned branch's conversion read it."""
+"""Bytes of a session's files held in memory so that each is read from the disk once (:func:`_snapshots`). The main
+transcript's passes: the read-ahead (:func:`_split_tree`), the live conversion, each abandoned branch's conversion
+(twice: its revision, then the ids its lines become), and a line read back alone for each uuid written again or
+branch leaf (62 opens of the 49 kB schema-coverage sample, 3 of most). A subagent file's: the rewrites scan, the
+first time stamp, the live conversion and each abandoned branch's conversion."""
 
 
 def _snapshots(paths: Collection[Path]) -> dict[Path, Snapshot]:
-    """The subagent files read once each, in order, while they fit :data:`MAX_SNAPSHOT_BYTES` together (a file past
-    it, or one that cannot be read, is left to the passes: each reads it, and the conversion reports the error)."""
+    """The session's files (the main transcript first) read once each, in order, while they fit
+    :data:`MAX_SNAPSHOT_BYTES` together (a file past it, or one that cannot be read, is left to the passes: each reads
+    it, and the conversion reports the error)."""
     out: dict[Path, Snapshot] = {}
     room = MAX_SNAPSHOT_BYTES
     for path in paths:
         try:
+            if path.stat().st_size > room:  # not opened only to be left to the passes
+                continue
             snap = read_snapshot(path, room)
         except OSError:
             continue
@@ -1010,7 +1004,7 @@ def _scan_rewrites(path: Path, limits: ImportLimits, uuids: set[int], snapshot: 
     so the last line set is the message. Empty when the file cannot be read (the conversion says why). The uuids
     of its message lines go to ``uuids`` (up to :data:`MAX_INHERITED_IDS` in all)."""
     found: dict[int, tuple[int, int, int]] = {}
-    side = _Rewrites(path, min(limits.max_tracked_ids, MAX_TREE_RECORDS), found)
+    side = _Rewrites(path, min(limits.max_tracked_ids, MAX_TREE_RECORDS), found, snapshot)
     try:
         for line in LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk, snapshot=snapshot):
             if line.data is None or not _MESSAGE_MARK.search(line.data) or b'"uuid"' not in line.data:
@@ -1032,7 +1026,8 @@ def _split_tree(tree: _Tree, path: Path, limits: ImportLimits, shared: _Shared) 
     which agent (:func:`_learn_agents`); the conversion reads the file once more. A branch's leaf ``uuid`` is read
     back from its line alone."""
     try:
-        reader = LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk, digest=False)
+        reader = LineReader(path, max_line_bytes=limits.max_line_bytes, chunk=limits.read_chunk, digest=False,
+                            snapshot=tree.snapshot)
         recognized = False
         parsed = 0
         for line in reader:
@@ -1053,7 +1048,7 @@ def _split_tree(tree: _Tree, path: Path, limits: ImportLimits, shared: _Shared) 
         if split is None:
             return tree.failed if tree.failed in TOO_MANY else None
         spans = [(tree.offsets[b.node], tree.ends[b.node]) for b in split.branches]
-        leaves = [_record_at(path, span) for span in spans]
+        leaves = [_read_record(path, *span, tree.snapshot) for span in spans]
     except OSError:
         return None
     for b, (offset, _), rec in zip(split.branches, spans, leaves, strict=True):
@@ -1424,7 +1419,7 @@ class _FileConverter:
         key = _digest(uuid)
         if duplicate:
             first = self.first_lines.get(key)
-            return first is not None and _same_line(self.path, first, rec)
+            return first is not None and _same_line(self.path, first, rec, self.snapshot)
         if len(self.first_lines) < MAX_TREE_RECORDS:
             self.first_lines[key] = span
         return False
@@ -1454,7 +1449,7 @@ class _FileConverter:
             return rec
         first, at, end = found
         if offset == first:
-            last = _read_record(self.path, at, end)
+            last = _read_record(self.path, at, end, self.snapshot)
             return last if last is not None and last.get("uuid") == uuid else rec
         self.file.skipped["rewritten uuid"] += 1
         if len(self.shared.repeated_ids) < MAX_REPEATED_IDS:

@@ -27,7 +27,7 @@ import orjson
 from store.interchange.importers.report import FileReport
 
 __all__ = ["PEEK_CHUNK", "Line", "LineReader", "Snapshot", "file_report", "lines_of", "open_source", "parse_counted",
-           "parse_object", "peek_field", "read_bounded", "read_json_file", "read_snapshot"]
+           "parse_object", "peek_field", "read_bounded", "read_json_file", "read_snapshot", "read_span"]
 
 
 
@@ -304,6 +304,24 @@ def read_bounded(fd: int, max_bytes: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def read_span(path: Path, offset: int, end: int, snapshot: Snapshot | None = None) -> bytes:
+    """The bytes ``offset``..``end`` of ``path`` (fewer at its end): from ``snapshot`` when given, else read alone
+    (:func:`open_source`). Raises OSError."""
+    if snapshot is not None:
+        return snapshot.data[offset:end]
+    fd = open_source(path)
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
+        chunks: list[bytes] = []
+        left = end - offset
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def file_report(reader: LineReader, report: FileReport) -> None:
