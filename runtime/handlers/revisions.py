@@ -537,14 +537,13 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     stamped = stamp_of(root).active
     current = stamped if stamped in known else None
     if current == target_idx:
-        # already live: nothing is rewritten. Keyed, its receipt rides in a session_info line that changes
-        # nothing, with the answer it gives (a retry after the database was lost is answered with it)
+        # already live: nothing is written, no line and no event. Keyed, its receipt is a database row only
+        # (there is no effect for it to ride with, as a trash or restore that changes nothing): a retry is
+        # answered with it, a restart included; after the database was lost, with the session as it is then
         if key is None:
             return {"session": index.public_session(await ctx.read(index.require_session, sid)), "revisions": rows}
-        def answer(conn: Any, refs: Any) -> Any:
-            return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
-
-        return await ctx.append_info(ctx.settings(), answer, touch=False, receipt_extra={"rootUserId": family})
+        return await ctx.commit(lambda conn: {"session": _session(conn, sid),
+                                              "revisions": revision_rows(conn, sid, family)})
     if target.live:
         raise CorruptData(
             f"revision {target_idx} of family {family} is only a live reference but is not the live branch",

@@ -188,7 +188,8 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
     it is at the retry (renamed, grown, changed again since), not with the answer the first call got
     (seed 000 §2.4). Each session below gets one keyed change, then a change that would alter its answer. A
     rewrite kept only the newest ``session_info`` line: the receipt of an earlier one was lost with the
-    database, and its retry renamed the session again."""
+    database, and its retry renamed the session again. A keyed ``activateRevision`` of the branch already live
+    writes nothing (protocol/README §4): its retry after the loss answers the session as it is then."""
     edit_child = derived_id("assistantEdit", "ui-1", "k-edit")
     keyed: dict[str, tuple[str, dict[str, Any]]] = {
         "rename": ("session.rename", {"sessionId": "r", "title": "the first title"}),
@@ -199,7 +200,7 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         "truncate": ("session.truncateFrom", {"sessionId": "x", "messageId": "x-u1"}),
         "replace": ("session.replaceMessages", {"sessionId": "p", "messages": [msg("p-u0", "q0")]}),
         "activate": ("session.activateRevision", {"sessionId": "v", "rootUserId": "v-u1", "revisionIndex": 1}),
-        # the branch already live: nothing to rewrite, its receipt used to be a database row only
+        # the branch already live: nothing to rewrite and nothing written, its receipt a database row only
         "activate-live": ("session.activateRevision", {"sessionId": "v", "rootUserId": "v-u1", "revisionIndex": 1}),
         "edit": ("session.assistantEdit", {"sessionId": "e", "messageId": "e-a1", "title": "edited",
                                            "blocks": [{"type": "text", "text": "r1, edited"}]}),
@@ -249,6 +250,8 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
     async def retry(c: HostClient) -> dict[str, Any]:
         got = {name: await c.call(method, params) for name, (method, params) in keyed.items()}
         got["sessions"] = sorted(s["id"] for s in (await c.call("session.list", {}))["sessions"])
+        got["v-now"] = await c.call("session.activateRevision", {"sessionId": "v", "rootUserId": "v-u1",
+                                                                 "revisionIndex": 1})
         return got
 
     sessions = sorted([*"rumtxpvew", edit_child])
@@ -259,8 +262,12 @@ async def test_a_retried_session_change_is_answered_as_the_first_time_after_the_
         got = await _on_host(tmp_path, retry)
     assert first["truncate"]["removed"] == 2 and first["trash"]["session"]["deletedAt"] is not None
     assert first["activate-live"] == first["activate"]
-    assert [name for name in keyed if got[name] != first[name]] == []  # which ones answered otherwise
-    assert {name: got[name] for name in keyed} == first
+    # a call that changed nothing wrote nothing for its receipt to ride in (as sessions.trash / restore that
+    # find the session in the state they ask for): after the loss its retry answers the session as it is
+    assert got["activate-live"] == got["v-now"] != first["activate-live"]
+    assert [name for name in keyed if got[name] != first[name]] == ["activate-live"]  # which answered otherwise
+    assert {name: got[name] for name in keyed if name != "activate-live"} == {
+        name: answer for name, answer in first.items() if name != "activate-live"}
     for name, (method, _) in keyed.items():
         METHODS[method].result_model.model_validate(got[name])
     assert got["sessions"] == sessions  # nothing made again
