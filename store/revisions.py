@@ -40,13 +40,14 @@ from typing import Any
 
 import orjson
 
-from store.errors import IOFailure, StoreError, classify_os_error
+from store.errors import CorruptData, IOFailure, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import open_nofollow, published_fsync_dir, write_all
 from store.ids import remapped_message_id
+from store.indexing.sql_lists import in_chunks
 from store.jsonio import dumps_line, loads_line
 from store.transcripts.records import meta_of, ms_to_rfc3339, rfc3339_to_ms
-from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines
+from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines, read_spans
 
 REVISION = "revision"
 REVISION_LIVE = "revision_live"
@@ -656,6 +657,61 @@ def user_line_spans(conn: Any, session_id: str) -> list[tuple[int, int]] | None:
     return spans
 
 
+def note_root_aliases(aliases: dict[str, set[str]], records: Iterable[Mapping[str, Any]]) -> None:
+    """Add to ``aliases`` (family key -> line ids) each user message of ``records`` whose family is not its own
+    id (``meta.revisionRootId`` names another: an edit under a new id, a restored or imported root). With
+    the family key itself (and its ``{sessionId}:{id}`` spelling) these are every id a family's live root
+    can have (:func:`family_of`), which is what :func:`live_roots` looks up. Fed every line of a transcript
+    (or a live view of it), ``aliases`` may keep ids that left it since: :func:`live_roots` checks each."""
+    for rec in records:
+        mid = rec.get("id")
+        if rec.get("role") == "user" and isinstance(mid, str):
+            family = family_of(rec)
+            if family != mid:
+                aliases.setdefault(family, set()).add(mid)
+
+
+def live_roots(
+    conn: Any, session_id: str, path: str | os.PathLike[str], families: Iterable[str],
+    aliases: Mapping[str, Iterable[str]],
+) -> dict[str, dict[str, Any] | None] | None:
+    """Each family's live root, as :func:`find_root` finds it among the session's live user messages, read
+    from the index and the lines of the few messages that can be it: the family key, its aliases
+    (:func:`note_root_aliases`, a superset of the user messages that join the family under another id),
+    each by either spelling of its row id. The cost is the families' and their aliases', not the
+    session's. None when the index cannot tell (a row without a span, a span that does not hold its
+    message's line: the index trails the file): read the transcript instead."""
+    wanted = list(dict.fromkeys(families))
+    line_ids = {mid for family in wanted for mid in (family, *aliases.get(family, ()))}
+    row_ids = sorted({rid for mid in line_ids for rid in (mid, remapped_message_id(session_id, mid))})
+    hits: list[tuple[int, str, int, int]] = []
+    for marks, chunk in in_chunks(row_ids):
+        for rid, seq, offset, length in conn.execute(
+                f"SELECT id, seq, line_offset, line_len FROM messages WHERE session_id = ? AND id IN ({marks})",
+                (session_id, *chunk)):
+            if offset is None or length is None:
+                return None
+            hits.append((int(seq), str(rid), int(offset), int(length)))
+    hits.sort()
+    try:
+        records = [loads_line(blob) for blob in read_spans(path, [(off, n) for _, _, off, n in hits])]
+    except (CorruptData, ValueError):  # a span past the end or off a line
+        return None
+    users = []
+    for (_, rid, _, _), rec in zip(hits, records, strict=True):
+        mid = rec.get("id")
+        if rec.get("type") != "message" or not isinstance(mid, str) or rid not in (
+                mid, remapped_message_id(session_id, mid)):
+            return None
+        if rec.get("role") == "user":
+            users.append(rec)
+    out: dict[str, dict[str, Any] | None] = {}
+    for family in wanted:
+        pos = find_root(users, family)
+        out[family] = None if pos is None else users[pos]
+    return out
+
+
 def family_key(conn: Any, session_id: str, root_user_id: str) -> str:
     """The family key ``root_user_id`` names among the session's rows: itself, or its ``{sessionId}:{id}``
     spelling when only that keys a family (the root was stored so because another session held the id, and
@@ -774,6 +830,7 @@ __all__ = [
     "family_of",
     "find_root",
     "hidden_by_import",
+    "live_roots",
     "live_stamps",
     "names_live",
     "parse_revisions",
@@ -784,6 +841,7 @@ __all__ = [
     "restore_rows",
     "revision_line",
     "revision_live_line",
+    "note_root_aliases",
     "revision_rows",
     "root_before",
     "rows_from_file",

@@ -25,7 +25,10 @@ Per-incarnation memo in ``ctx.cache``: ``revisions.synced`` (rows and
 ``(root, index)`` pairs whose newest record is a ``revision_live`` reference)
 and ``revisions.stored`` (the payload digest of each pair whose newest record
 is a full ``revision`` line: an archive whose exact payload the file already
-holds, written by an interrupted try of the same rewrite, is not written again).
+holds, written by an interrupted try of the same rewrite, is not written again), and
+``revisions.rootAliases`` (:class:`RootAliases`: the ids under which a user message joins a family
+whose key is another id, so ``listRevisions`` looks each family's live root up in the index instead of
+reading every user message).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, N
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import remove_file_durable
 from store.indexing import index
-from store.indexing.reconcile import restore_receipt
+from store.indexing.reconcile import restore_receipt, scan_from
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
 from store.receipts import conflict as receipts_conflict
@@ -58,8 +61,10 @@ from store.revisions import (
     family_of,
     find_root,
     hidden_by_import,
+    live_roots,
     live_stamps,
     names_live,
+    note_root_aliases,
     payload_digest,
     read_revisions,
     respell,
@@ -99,6 +104,22 @@ __all__ = ["activate", "foreign_ids", "list_revisions", "replace_messages", "sav
 SYNCED = "revisions.synced"
 LIVE_REFS = "revisions.liveRefs"
 STORED = "revisions.stored"
+ROOT_ALIASES = "revisions.rootAliases"
+
+
+@dataclass
+class RootAliases:
+    """The user messages that join a family under another id (``store.revisions.note_root_aliases``), from
+    every line of the transcript of ``epoch`` up to byte ``upto``: what ``listRevisions`` looks up to find
+    each family's live root without reading the transcript (``store.revisions.live_roots``). A later call
+    reads only the lines appended since; a rewrite (a new epoch) sets it from the lines it wrote, anything
+    else that replaced the file makes the next call read it once."""
+
+    epoch: str | None
+    upto: int
+    by_family: dict[str, set[str]] = field(default_factory=dict)
+
+
 ARCHIVE_MODES = ("regenerate", "retry", "edit")
 
 Archive = tuple[str, int, list[dict[str, Any]], dict[str, str]]
@@ -147,7 +168,33 @@ async def ensure_synced(ctx: SessionContext, live: LiveTranscript | None = None)
     ctx.cache[LIVE_REFS] = rf.live_refs()
     ctx.cache[STORED] = rf.stored_digests()
     ctx.cache[SYNCED] = True
+    _aliases_from(ctx, ctx.epoch, ctx.file_len, messages)  # the whole transcript is read here already
     return live
+
+
+def _aliases_from(ctx: SessionContext, epoch: str | None, upto: int, records: Iterable[Mapping[str, Any]]) -> None:
+    seen = RootAliases(epoch, upto)
+    note_root_aliases(seen.by_family, records)
+    ctx.cache[ROOT_ALIASES] = seen
+
+
+async def _root_aliases(ctx: SessionContext) -> dict[str, set[str]]:
+    """:class:`RootAliases` of the transcript as it is now: the lines appended since the last look read (only
+    them), or the whole file when it was replaced by other means than :func:`commit_rewrite`."""
+    seen = ctx.cache.get(ROOT_ALIASES)
+    epoch, end, path = ctx.epoch, ctx.file_len, ctx.paths.transcript
+    if not isinstance(seen, RootAliases) or seen.epoch != epoch or seen.upto > end:
+        seen = RootAliases(epoch, 0)
+        ctx.cache[ROOT_ALIASES] = seen
+    if seen.upto < end:
+        start = seen.upto
+        try:
+            scan = await ctx.io(lambda: scan_from(path, start, stop=end))
+        except FileNotFoundError:
+            return seen.by_family
+        note_root_aliases(seen.by_family, (item.record for item in scan.messages))
+        seen.upto = scan.end
+    return seen.by_family
 
 
 async def set_archived_deleted(ctx: SessionContext, message_id: str, deleted: bool) -> bool:
@@ -342,15 +389,18 @@ async def commit_rewrite(
         answer = await ctx.db(lambda conn: index.dry_run(conn, dry), durable=False)
         receipt = file_record(ctx.receipt, **dict(receipt_extra or {}), response=answer)
     carried = CarriedAnswer(answer)
+    made: list[Rewritten] = []
 
     def write() -> Rewritten:
         # the old header's receipts ride on: a later rewrite must not leave an earlier one only in SQLite
         # and the deliver answers of collaboration input lines (the old header's, and those of lines it drops)
         # and the receipts of keyed appends whose lines it drops, which those lines were the only place of
         kept = [*live.receipts, *dropped_append_receipts(sid, live.messages, plan.messages)]
-        return apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, carried=kept,
-                             faults=faults, dropped_offsets=[*live.dropped_offsets, *plan.left_out], now_ms=now,
-                             delivered=carried_delivered(live.delivered, live.messages, plan.messages))
+        made.append(apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, carried=kept,
+                                  faults=faults, dropped_offsets=[*live.dropped_offsets, *plan.left_out],
+                                  now_ms=now, delivered=carried_delivered(live.delivered, live.messages,
+                                                                          plan.messages)))
+        return made[-1]
 
     def reindexed(conn: Any, rewritten: Rewritten) -> None:
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
@@ -359,6 +409,8 @@ async def commit_rewrite(
     result = await ctx.rewrite_file(write, reindexed, lambda conn: carried.give(then(conn)),
                                     fault="rewrite.before_reindex")  # keyed: the answer the header carries
     carried.check(ctx.method)
+    # the new file's lines are these: listRevisions reads none of them to find its families' roots
+    _aliases_from(ctx, made[-1].epoch, made[-1].file_len, (item.record for item in made[-1].messages))
     ctx.publish("session.updated", {"session": index.public_session(ctx.row)})
     return result
 
@@ -472,14 +524,21 @@ async def list_revisions(ctx: SessionContext, p: m.ListRevisionsParams, key: Rec
     family = None if p.root_user_id is None else await _family_named(ctx, p.root_user_id)
     rows = await ctx.read(revision_rows, ctx.sid, family)
     if rows:
-        # a branch activateRevision cannot switch to is marked so (its family's live root, its reference)
-        users = await ctx.io_with_reader(_live_user_records, ctx.sid, ctx.paths.transcript,
-                                         int(ctx.row.get("createdAt") or 0))
+        # a branch activateRevision cannot switch to is marked so (its family's live root, its reference):
+        # the roots are looked up by the ids they can have, not found by reading every user message
+        families = {str(row["rootUserId"]) for row in rows}
+        aliases = await _root_aliases(ctx)
+        wanted = {family: frozenset(aliases.get(family, ())) for family in families}
+        roots = await ctx.io_with_reader(live_roots, ctx.sid, ctx.paths.transcript, families, wanted)
+        if roots is None:  # the index trails the file: every live user message, read through it or the file
+            users = await ctx.io_with_reader(_live_user_records, ctx.sid, ctx.paths.transcript,
+                                             int(ctx.row.get("createdAt") or 0))
+            roots = {family: None if (pos := find_root(users, family)) is None else users[pos]
+                     for family in families}
         refs = _live_refs(ctx)
         for row in rows:
             root, idx = str(row["rootUserId"]), int(row["revisionIndex"])
-            pos = find_root(users, root)
-            why = branch_unavailable(None if pos is None else users[pos], (root, idx) in refs, idx)
+            why = branch_unavailable(roots[root], (root, idx) in refs, idx)
             if why is not None:
                 row["unavailable"] = why
     return {"revisions": rows}

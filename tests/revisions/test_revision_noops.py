@@ -1,20 +1,29 @@
 """Seed 000 §2 (command receipts) and seed 003 §4.9 (branches): calls of the branch methods that change
-nothing write nothing. Black-box, against real ``pi-host serve`` processes.
+nothing write nothing, and a pager call reads no more than its answer needs. Against real hosts (a
+``pi-host serve`` process; in-process where the test counts what is read).
 
 Found: ``session.activateRevision`` of the branch already live, keyed, appended a ``session_info`` line that
 changed nothing but carried the receipt (one line per call); ``sessions.trash`` / ``sessions.restore`` no-ops
-had been fixed the same way before (their receipt is a database row only)."""
+had been fixed the same way before (their receipt is a database row only). ``session.listRevisions`` read
+every live user message of the session on each call to mark the branches ``activateRevision`` cannot switch
+to (O(session) for a pager call)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
+import store.indexing.reconcile
+import store.revisions
+import store.transcripts.transcript
 from protocol.methods import METHODS
 from runtime.client import HostClient
+from runtime.handlers import revisions as revision_handlers
 from tests.acceptance.outsiderkit import code_of, data_dir, real_host, say
+from tests.hostkit import client_for, inprocess_host, msg
 from tests.revisions.helpers import revisions_path, transcript_path
 
 
@@ -69,3 +78,77 @@ async def test_activating_the_live_branch_writes_nothing_and_a_keyed_retry_answe
             live = (await _call(c, "session.get", {"sessionId": sid}))["messages"]
             assert [m["id"] for m in live] == ["u1", "a1b"]
             proc.kill9()
+
+
+async def _rows(c: HostClient, sid: str) -> list[tuple[str, int, bool, str | None]]:
+    got = (await _call(c, "session.listRevisions", {"sessionId": sid}))["revisions"]
+    return sorted((r["rootUserId"], r["revisionIndex"], r["isActive"], r.get("unavailable")) for r in got)
+
+
+async def _edited(c: HostClient, sid: str, root: str, edit: str, *, names_root: bool) -> None:
+    """``root``'s turn edited: cut from ``root`` (its branch archived), ``edit`` appended in its place,
+    naming ``root`` as the message it revises (``meta.revisionRootId``) or not, and answered."""
+    await _call(c, "session.truncateFrom", {"sessionId": sid, "messageId": root, "mode": "edit"})
+    meta = {"revisionRootId": root} if names_root else {}
+    await _call(c, "session.appendMessage", {"sessionId": sid, "message": msg(edit, f"edited {root}", meta=meta)})
+    await say(c, sid, f"{edit}-a", f"answer {edit}", "assistant")
+
+
+async def test_listing_revisions_reads_the_roots_it_marks_not_the_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``listRevisions`` marks a branch whose family no live user message roots (``root_missing``) or whose
+    reference the live root's stamp does not name (``stale_reference``). It finds each family's live root
+    by the ids it can have (the family key; a message that joins the family under another id, an edit
+    naming it), from the index and those lines only: after the first call (whose actor reads the
+    transcript once anyway), a call reads a few lines, whatever the session's length, and answers as
+    before; lines appended since are read once, a rewrite's not at all."""
+    spans: list[int] = []
+    scans: list[tuple[int, int | None]] = []
+    read_spans, scan_from = store.transcripts.transcript.read_spans, store.indexing.reconcile.scan_from
+
+    def counted_spans(path: Any, wanted: Any, **kw: Any) -> Any:
+        spans.append(len(wanted))
+        return read_spans(path, wanted, **kw)
+
+    def counted_scan(path: Any, start: int, stop: int | None = None) -> Any:
+        scans.append((start, stop))
+        return scan_from(path, start, stop)
+
+    for module in (store.revisions, revision_handlers):  # the transcript's lines read through the index
+        monkeypatch.setattr(module, "read_spans", counted_spans, raising=False)
+    monkeypatch.setattr(revision_handlers, "scan_from", counted_scan, raising=False)
+    turns = 150
+    with trio.fail_after(120):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "pager") as c:
+            sid: str = (await _call(c, "session.create", {}))["id"]
+            await say(c, sid, "u1", "question u1")
+            await say(c, sid, "a1", "answer a1", "assistant")
+            await _call(c, "session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})  # live, referenced
+            await say(c, sid, "u2", "question u2")
+            await say(c, sid, "a2", "answer a2", "assistant")
+            await _edited(c, sid, "u2", "e2", names_root=False)  # u2's family: no live root
+            await say(c, sid, "u3", "question u3")
+            await say(c, sid, "a3", "answer a3", "assistant")
+            await _edited(c, sid, "u3", "e3", names_root=True)  # u3's family: its live root is e3
+            for n in range(turns):
+                await say(c, sid, f"t{n}", f"question t{n}")
+                await say(c, sid, f"r{n}", f"answer r{n}", "assistant")
+            expected = [("u1", 1, True, None), ("u2", 1, False, "root_missing"), ("u3", 1, False, None)]
+            assert await _rows(c, sid) == expected
+            spans.clear()
+            scans.clear()
+            for _ in range(3):
+                assert await _rows(c, sid) == expected
+            assert scans == [] and sum(spans) <= 3 * 4, (scans, spans)  # u1, u2 (two spellings), u3, e3
+
+            # an edit of a later turn: a rewrite (its lines noted as written), then the edit appended
+            await _edited(c, sid, "t100", "e100", names_root=True)
+            spans.clear()
+            scans.clear()
+            expected = sorted([*expected, ("t100", 1, False, None)])
+            assert await _rows(c, sid) == expected
+            assert await _rows(c, sid) == expected
+            assert len(scans) == 1 and scans[0][0] > 0, scans  # the lines appended since the rewrite, once
+            assert sum(spans) <= 2 * 7, spans
+            assert await code_of(c, "session.activateRevision",
+                                 {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1}) == "MESSAGE_NOT_FOUND"
