@@ -152,3 +152,19 @@ async def test_listing_revisions_reads_the_roots_it_marks_not_the_session(
             assert sum(spans) <= 2 * 7, spans
             assert await code_of(c, "session.activateRevision",
                                  {"sessionId": sid, "rootUserId": "u2", "revisionIndex": 1}) == "MESSAGE_NOT_FOUND"
+
+            # roots another session's ids made the host store under {sessionId}:{id}: saved, edited, cut
+            other: str = (await _call(c, "session.create", {}))["id"]
+            for mid in ("x1", "x2", "x3"):
+                await say(c, other, mid, f"other {mid}")
+            for mid, names_root in (("x1", None), ("x2", True), ("x3", False)):
+                await say(c, sid, mid, f"taken {mid}")
+                await say(c, sid, f"{mid}-a", f"answer {mid}", "assistant")
+                await _call(c, "session.saveActiveRevision", {"sessionId": sid, "rootUserId": mid})
+                if names_root is not None:
+                    await _edited(c, sid, mid, f"{mid}e", names_root=names_root)
+            looked_up = await _rows(c, sid)
+            assert [row for row in looked_up if row[0] not in {r[0] for r in expected}], looked_up
+            # the same answers as every live user message read (the path taken when the index trails the file)
+            monkeypatch.setattr(revision_handlers, "live_roots", lambda *args: None, raising=False)
+            assert await _rows(c, sid) == looked_up
