@@ -28,7 +28,10 @@ this host's ``sessions/``, and no byte of a native file is ever modified.
   unterminated last entry included, ends with a newline), the child title and the
   parent's saved model / thinking level are appended when the branch lacks
   them, and the child header carries ``parentSession`` (the parent's canonical
-  path). Publication: a full write of an exclusive (``O_EXCL``) non-``.jsonl``
+  path). A fork through one tool message ``<entry>.<i>`` of an assistant entry
+  keeps that entry's calls ``0..i`` with their results and drops its later calls
+  (:func:`_through_call`: the entry's line and a re-parented result's line are the
+  only lines not copied byte for byte). Publication: a full write of an exclusive (``O_EXCL``) non-``.jsonl``
   temp file in the same directory, fsynced; the staged file must still match
   the device/inode/size/SHA-256 captured at write time before a same-directory
   hard link to ``<timestamp>_<id>.jsonl`` (``link`` never replaces a file),
@@ -69,7 +72,7 @@ from store.interchange.importers.common import (
     SessionReport,
     local_id,
 )
-from store.interchange.importers.pi import PiConverter, find_branch, on_branch, read_header
+from store.interchange.importers.pi import Branch, PiConverter, find_branch, locate_entry, on_branch, read_header
 from store.interchange.importers.reader import Line, lines_of, parse_object, read_bounded
 from store.jsonio import now_rfc3339
 from store.transcripts.records import rfc3339_to_ms
@@ -91,6 +94,7 @@ __all__ = [
     "list_native",
     "native_lines",
     "snapshot",
+    "tool_calls",
     "unsupported_for_native",
 ]
 
@@ -326,8 +330,8 @@ class ForkResult:
     session: NativeSession
 
 
-def _branch_lines(snap: Snapshot, leaf_id: str | None,
-                  limits: ImportLimits) -> tuple[dict[str, Any], list[tuple[dict[str, Any], bytes]], str | None]:
+def _branch_lines(snap: Snapshot, leaf_id: str | None, limits: ImportLimits, calls_kept: int | None = None,
+                  ) -> tuple[dict[str, Any], list[tuple[dict[str, Any], bytes]], str | None]:
     """The parent's header, the (entry, raw entry bytes) pairs of the branch, in file order, and its leaf.
 
     The branch is the one a detail read shows (:func:`project`): the same first pass
@@ -349,9 +353,65 @@ def _branch_lines(snap: Snapshot, leaf_id: str | None,
             data={"version": branch.header.version})
     if leaf_id is not None and leaf_id not in branch.parents:
         raise NotFound(f"entry {leaf_id} is not in the parent session", data={"entryId": leaf_id})
+    found_lines = list(on_branch(lines, branch, file))
     entries = [(found.rec, snap.data[found.line.offset + found.start: found.line.offset + found.line.length])
-               for found in on_branch(lines, branch, file)]
+               for found in found_lines]
+    if calls_kept is not None and entries:
+        after = found_lines[-1].line.offset + found_lines[-1].line.length
+        entries = _through_call(snap, [line for line in lines if line.offset >= after], branch, entries, calls_kept)
+        return branch.header.raw, entries, str(entries[-1][0]["id"])
     return branch.header.raw, entries, branch.leaf if entries else None
+
+
+def tool_calls(rec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The tool calls of an assistant entry, in the order the reader numbers them (``<entry>.<i>``)."""
+    message = rec.get("message")
+    if rec.get("type") != "message" or not isinstance(message, Mapping) or message.get("role") != "assistant" \
+            or not isinstance(message.get("content"), list):
+        return []
+    return [b for b in message["content"] if isinstance(b, Mapping) and b.get("type") == "toolCall"]
+
+
+def _through_call(snap: Snapshot, later: list[Line], branch: Branch, entries: list[tuple[dict[str, Any], bytes]],
+                  kept: int) -> list[tuple[dict[str, Any], bytes]]:
+    """A branch ending at an assistant entry, cut after its first ``kept`` tool calls (the messages
+    ``<entry>.0`` .. ``<entry>.<kept-1>`` a read shows): the entry keeps its other blocks and those calls
+    only (rewritten when it loses any), and the results pi recorded for the kept calls follow it (for each
+    call the first ``toolResult`` entry answering it among the entry's descendants, in file order), each
+    parented to the entry before it in the child (rewritten only when that differs), so the child shows
+    each kept call with the result the parent showed, and no call without its result."""
+    rec, raw = entries[-1]
+    calls = tool_calls(rec)
+    if kept < len(calls):
+        dropped = {id(block) for block in calls[kept:]}
+        message = rec["message"]
+        rec = {**rec, "message": {**message, "content": [b for b in message["content"] if id(b) not in dropped]}}
+        raw = orjson.dumps(rec)
+    out = [*entries[:-1], (rec, raw)]
+    wanted = {b["id"] for b in calls[:kept] if isinstance(b.get("id"), str) and b["id"]}
+    anchor = last = str(rec["id"])
+    for line in later:  # the lines after the entry's own
+        if not wanted:
+            break
+        if line.data is None:
+            continue
+        found, start = locate_entry(line.data)
+        message = found.get("message") if found is not None else None
+        if found is None or found.get("type") != "message" or not isinstance(message, Mapping) \
+                or message.get("role") != "toolResult" or not isinstance(message.get("toolCallId"), str) \
+                or message["toolCallId"] not in wanted:
+            continue
+        key = found.get("id")
+        if not isinstance(key, str) or key == anchor or anchor not in branch.for_leaf(key).keys:
+            continue
+        wanted.discard(message["toolCallId"])
+        data = snap.data[line.offset + start: line.offset + line.length]
+        if found.get("parentId") != last:
+            found["parentId"] = last
+            data = orjson.dumps(found)
+        out.append((found, data))
+        last = key
+    return out
 
 
 def _fallbacks(branch: list[tuple[dict[str, Any], bytes]], parent_entries: Iterable[dict[str, Any]],
@@ -388,9 +448,10 @@ def _fallbacks(branch: list[tuple[dict[str, Any], bytes]], parent_entries: Itera
 
 
 def child_bytes(snap: Snapshot, *, child_id: str, now_ms: int, leaf_id: str | None = None, title: str | None = None,
-                limits: ImportLimits = DEFAULT_LIMITS) -> bytes:
-    """The whole child file, built in memory from the parent snapshot (the parent is not touched)."""
-    parent_header, branch, leaf = _branch_lines(snap, leaf_id, limits)
+                limits: ImportLimits = DEFAULT_LIMITS, calls_kept: int | None = None) -> bytes:
+    """The whole child file, built in memory from the parent snapshot (the parent is not touched).
+    ``calls_kept``: the fork ends inside ``leaf_id``'s tool calls, after that many (:func:`_through_call`)."""
+    parent_header, branch, leaf = _branch_lines(snap, leaf_id, limits, calls_kept)
     now_iso = now_rfc3339(now_ms)
     parent_path = os.path.realpath(snap.path)
     try:
@@ -420,7 +481,7 @@ def child_bytes(snap: Snapshot, *, child_id: str, now_ms: int, leaf_id: str | No
 
 
 def forked_as_asked(parent: Snapshot, child: Snapshot, *, leaf_id: str | None, title: str | None,
-                    limits: ImportLimits = DEFAULT_LIMITS) -> bool:
+                    limits: ImportLimits = DEFAULT_LIMITS, calls_kept: int | None = None) -> bool:
     """Is ``child`` (a file an earlier attempt of the same keyed fork published, then crashed before its
     receipt) what this fork of ``parent`` asks for: the same parent, branch and title? Rebuilt with
     :func:`child_bytes` at the child's own time; its appended entries' random ids aside, byte for byte.
@@ -455,16 +516,16 @@ def forked_as_asked(parent: Snapshot, child: Snapshot, *, leaf_id: str | None, t
                                                  if rec["id"] == leaf_id), len(entries)):]]
         if leaf_id is None or any(rfc3339_to_ms(rec.get("timestamp"), -1) < forked_at for rec in after):
             return False
-    return _same_child(parent, lines, header["id"], forked_at, leaf_id, title, limits)
+    return _same_child(parent, lines, header["id"], forked_at, leaf_id, title, limits, calls_kept)
 
 
 def _same_child(parent: Snapshot, lines: list[bytes], child_id: str, forked_at: int, leaf_id: str | None,
-                title: str | None, limits: ImportLimits) -> bool:
+                title: str | None, limits: ImportLimits, calls_kept: int | None = None) -> bool:
     """Are a child's ``lines`` what :func:`child_bytes` builds from ``parent`` for this fork (the ids of the
     entries it appended aside)?"""
     try:
         expected = child_bytes(parent, child_id=child_id, now_ms=forked_at, leaf_id=leaf_id, title=title,
-                               limits=limits).split(b"\n")
+                               limits=limits, calls_kept=calls_kept).split(b"\n")
     except StoreError:
         return False
     if len(expected) != len(lines):
@@ -525,12 +586,13 @@ def _fail(reason: str, message: str, **data: Any) -> Conflict:
 
 def fork_native(parent: Path, *, now_ms: int, leaf_id: str | None = None, title: str | None = None,
                 child_uuid: str | None = None, hooks: ForkHooks | None = None,
-                limits: ImportLimits = DEFAULT_LIMITS) -> ForkResult:
+                limits: ImportLimits = DEFAULT_LIMITS, calls_kept: int | None = None) -> ForkResult:
     """Write exactly one v3 child beside ``parent`` (see the module doc); the parent is only read."""
     hooks = hooks or ForkHooks()
     snap = snapshot(parent)
     cid = child_uuid or str(uuid.uuid4())
-    data = child_bytes(snap, child_id=cid, now_ms=now_ms, leaf_id=leaf_id, title=title, limits=limits)
+    data = child_bytes(snap, child_id=cid, now_ms=now_ms, leaf_id=leaf_id, title=title, limits=limits,
+                       calls_kept=calls_kept)
     digest = hashlib.sha256(data).hexdigest()
     directory = parent.parent
     final = directory / f"{now_rfc3339(now_ms).replace(':', '-').replace('.', '-')}_{cid}.jsonl"

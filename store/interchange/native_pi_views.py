@@ -34,6 +34,7 @@ from store.compaction import normalize_on_read
 from store.errors import IdempotencyConflict, InvalidInput, MessageNotFound, SessionNotFound, StoreError
 from store.interchange.export import ExportOptions, ExportReport, export_records
 from store.interchange.importers.common import DEFAULT_LIMITS, ImportLimits, Refused, local_id
+from store.interchange.importers.pi import CORRUPT_LEAF
 from store.interchange.importers.reader import parse_object
 from store.interchange.native_pi import (
     NativeListing,
@@ -45,6 +46,7 @@ from store.interchange.native_pi import (
     native_lines,
     project,
     snapshot,
+    tool_calls,
 )
 from store.rules import NATIVE_SESSION_ID_RE
 from store.transcripts.records import cap_content, wire_record
@@ -162,36 +164,50 @@ class NativeCatalog:
              child_uuid: str | None) -> NativeSession:
         """``session.fork`` of a native session: the child (a retry with the same ``child_uuid`` finds it)."""
         parent = self.resolve(native_id)
-        leaf = None
+        leaf: str | None = None
+        kept: int | None = None
         if through_message_id is not None:
-            leaf = _entry_of_message(snapshot(parent), native_id, through_message_id, self.limits)
+            leaf, kept = _entry_of_message(snapshot(parent), native_id, through_message_id, self.limits)
         if child_uuid is not None:
             found = _find_child(parent.parent, child_uuid, self.limits)
             if found is not None:
                 # the child an earlier attempt published before its receipt committed: the answer only to
                 # the same request (the same key for another fork is a conflict, never that child)
                 if not forked_as_asked(snapshot(parent), found.snapshot, leaf_id=leaf, title=title,
-                                       limits=self.limits):
+                                       limits=self.limits, calls_kept=kept):
                     raise IdempotencyConflict(
                         "this submissionId already forked this session into another child (another message, "
                         "title or parent): a new fork needs a new submissionId",
                         data={"sessionId": native_id, "childId": found.id})
                 return found
         result = fork_native(parent, now_ms=now_ms, leaf_id=leaf, title=title, child_uuid=child_uuid,
-                             limits=self.limits)
+                             limits=self.limits, calls_kept=kept)
         return result.session
 
 
-def _entry_of_message(snap: Snapshot, native_id: str, message_id: str, limits: ImportLimits) -> str:
-    """The pi entry id behind a message id of the native projection (``MESSAGE_NOT_FOUND`` if none)."""
+def _entry_of_message(snap: Snapshot, native_id: str, message_id: str,
+                      limits: ImportLimits) -> tuple[str | None, int | None]:
+    """Where a fork through a message id of the native projection ends (``MESSAGE_NOT_FOUND`` if no entry
+    makes that id): the pi entry behind it and, for an assistant entry with tool calls, how many of its calls
+    the child keeps. An entry's own message keeps none (its calls are the messages after it); its ``i``-th
+    tool call's message ``<entry>.<i>`` keeps calls ``0..i``. A corrupt-leaf notice (shown after the whole
+    branch) is the whole branch: ``(None, None)``."""
     prefix = f"{native_id}:"
-    local = message_id[len(prefix):].split(":", 1)[0] if message_id.startswith(prefix) else None
+    local = message_id[len(prefix):] if message_id.startswith(prefix) else None
     if local:
         for line in native_lines(snap.data, max_line_bytes=limits.max_line_bytes):
             rec = parse_object(line.data) if line.data is not None else None
-            if rec is not None and rec.get("type") != "session" and isinstance(rec.get("id"), str) \
-                    and local_id(rec["id"]) == local:
-                return str(rec["id"])
+            if rec is None or rec.get("type") == "session" or not isinstance(rec.get("id"), str):
+                continue
+            key: str = rec["id"]
+            calls = tool_calls(rec)
+            if local_id(key) == local:
+                return key, 0 if calls else None
+            for i in range(len(calls)):
+                if local_id(f"{key}.{i}") == local:
+                    return key, i + 1
+            if local_id(f"{CORRUPT_LEAF}:{key}") == local:
+                return None, None
     raise MessageNotFound(f"message {message_id} is not in native session {native_id}",
                           data={"sessionId": native_id, "messageId": message_id})
 

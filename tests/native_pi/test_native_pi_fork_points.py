@@ -1,0 +1,157 @@
+"""Native pi forks through any message a read shows, black-box against real ``pi-host serve --native-pi-root
+DIR`` processes (protocol/README.md §9).
+
+* A pi assistant entry that calls tools is shown as one message per call (``<entry>.<i>``, each with the
+  result pi recorded for it) after the entry's own text message. ``session.fork`` through such a message
+  answered ``MESSAGE_NOT_FOUND`` (the message id was looked up as a whole entry id). Now a fork through any
+  message ``session.get`` shows holds exactly the shown messages up to and including it (same ids but for
+  the session's own, same content, same order): the entry's earlier calls, with their results, stay; its
+  later calls go. A keyed retry answers the same child, also after a kill before its receipt.
+
+The recorded pi 0.73.1 sessions (``tests/fixtures/recorded/pi``) hold assistant entries with one tool call
+each (the message ``<entry>.0``) and none with several, so the file with several (``two_calls``) is built by
+the format those recordings show: an assistant entry with three ``toolCall`` blocks, then one ``toolResult``
+entry per call, each parented to the entry before it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from runtime.client import HostClient
+from tests.acceptance.outsiderkit import data_dir, killed_during
+from tests.acceptance.test_seed003_native_pi_audit import RECORDED, _as_shown, native_host, native_ids, tree
+
+PROJECT = "--tmp-record-pi-project--"
+BASICS = "native-pi:01a234ad-dfe8-7038-b380-b3ff8f231306"  # recorded: bash and read calls, one per entry
+TWO_CALLS = "native-pi:two-calls"
+OUT_OF_ORDER = "native-pi:out-of-order"
+
+
+def _entry(kind: str, eid: str, parent: str | None, ts: str, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, "id": eid, "parentId": parent, "timestamp": ts, **fields}
+
+
+def _result(eid: str, parent: str, call: str, tool: str, text: str, ms: int, *, error: bool = False) -> dict[str, Any]:
+    return _entry("message", eid, parent, f"2026-12-02T03:00:0{ms % 10}.000Z", message={
+        "role": "toolResult", "toolCallId": call, "toolName": tool, "content": [{"type": "text", "text": text}],
+        "isError": error, "timestamp": 1796184000000 + ms})
+
+
+def multi_call_lines(session_id: str, *, results_order: tuple[int, ...] = (0, 1, 2)) -> bytes:
+    """A pi v3 session (pi 0.73.1's entry format, as recorded) whose assistant entry calls three tools at once:
+    a text block and three ``toolCall`` blocks, then a ``toolResult`` entry per call (in ``results_order``),
+    then the final answer."""
+    usage = {"input": 120, "output": 30, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 150,
+             "cost": {"input": 0.00012, "output": 0.00006, "cacheRead": 0, "cacheWrite": 0, "total": 0.00018}}
+    calls = [("call_multi_1", "read", {"path": "a.txt"}), ("call_multi_2", "read", {"path": "b.txt"}),
+             ("call_multi_3", "bash", {"command": "echo three"})]
+    outputs = ["contents of a", "ENOENT: no such file or directory, access 'b.txt'", "three\n"]
+    entries = [
+        {"type": "session", "version": 3, "id": session_id, "timestamp": "2026-12-02T03:00:00.000Z",
+         "cwd": "/tmp/record-pi/project"},
+        _entry("model_change", "m1000001", None, "2026-12-02T03:00:00.100Z", provider="fake", modelId="fake-model"),
+        _entry("message", "u1000001", "m1000001", "2026-12-02T03:00:00.200Z", message={
+            "role": "user", "content": [{"type": "text", "text": "[tools] read a and b, and echo three"}],
+            "timestamp": 1796184000200}),
+        _entry("message", "a1000001", "u1000001", "2026-12-02T03:00:00.300Z", message={
+            "role": "assistant", "content": [{"type": "text", "text": "Reading both and echoing."}, *[
+                {"type": "toolCall", "id": cid, "name": name, "arguments": args} for cid, name, args in calls]],
+            "api": "openai-completions", "provider": "fake", "model": "fake-model", "usage": usage,
+            "stopReason": "toolUse", "timestamp": 1796184000300, "responseId": "chatcmpl-multi-1"}),
+    ]
+    parent = "a1000001"
+    for n, i in enumerate(results_order):
+        eid = f"r100000{n + 1}"
+        entries.append(_result(eid, parent, calls[i][0], calls[i][1], outputs[i], 4 + n, error=i == 1))
+        parent = eid
+    entries.append(_entry("message", "a1000002", parent, "2026-12-02T03:00:08.000Z", message={
+        "role": "assistant", "content": [{"type": "text", "text": "a, no b, three"}], "api": "openai-completions",
+        "provider": "fake", "model": "fake-model", "usage": usage, "stopReason": "stop",
+        "timestamp": 1796184008000, "responseId": "chatcmpl-multi-2"}))
+    return b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in entries)
+
+
+def make_root(tmp_path: Path) -> Path:
+    """A pi root with the recorded sessions and the two built ones with several calls in one entry."""
+    root = tmp_path / "pi"
+    project = root / PROJECT
+    project.mkdir(parents=True)
+    for src in sorted(RECORDED.rglob("*.jsonl")):
+        shutil.copyfile(src, project / src.name)
+    (project / "2026-12-02T03-00-00-000Z_two-calls.jsonl").write_bytes(multi_call_lines("two-calls"))
+    (project / "2026-12-02T03-01-00-000Z_out-of-order.jsonl").write_bytes(
+        multi_call_lines("out-of-order", results_order=(1, 0, 2)))
+    return root
+
+
+async def shown(c: HostClient, sid: str) -> list[str]:
+    return _as_shown(await c.call("session.get", {"sessionId": sid, "full": True}))
+
+
+def staging_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob(".*.tmp"))
+
+
+async def test_a_fork_through_any_shown_message_holds_what_the_read_showed_up_to_it(tmp_path: Path) -> None:
+    """Every message of the recorded basics session and of the built multi-call sessions (results in call
+    order, and out of it): the fork through it reads as the parent's read up to and including it, its keyed
+    retry answers the same child, and each fork wrote exactly one file (the parent untouched)."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    before = tree(pi_root)
+    with trio.fail_after(180):
+        async with native_host(data, pi_root) as (proc, c):
+            assert {BASICS, TWO_CALLS, OUT_OF_ORDER} <= set(await native_ids(c))
+            forks = 0
+            for sid in (BASICS, TWO_CALLS, OUT_OF_ORDER):
+                page = await c.call("session.get", {"sessionId": sid, "full": True})
+                parent = _as_shown(page)
+                ids = [m["id"] for m in page["messages"]]
+                if sid != BASICS:
+                    local = [i.removeprefix(f"{sid}:") for i in ids]
+                    assert local == ["u1000001", "a1000001", "a1000001.0", "a1000001.1", "a1000001.2",
+                                     "a1000002"]
+                    assert [m["blocks"][0].get("result") for m in page["messages"][2:5]] == [
+                        "contents of a", "ENOENT: no such file or directory, access 'b.txt'", "three\n"]
+                else:
+                    assert any(i.endswith(".0") for i in ids)  # the recorded one-call entries
+                for k, mid in enumerate(ids):
+                    params = {"sessionId": sid, "throughMessageId": mid, "submissionId": f"{sid}-{k}"}
+                    child = await c.call("session.fork", params)
+                    forks += 1
+                    assert await shown(c, child["id"]) == parent[: k + 1], (sid, mid)
+                    assert await c.call("session.fork", params) == child  # the keyed retry: the same child
+            proc.kill9()
+    after = tree(pi_root)
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert len(after) == len(before) + forks and staging_files(pi_root) == []
+
+
+async def test_a_keyed_fork_through_a_tool_message_killed_before_its_receipt_is_found_by_its_retry(
+        tmp_path: Path) -> None:
+    """The child of a fork through ``<entry>.1`` (its middle call) is published, then the host dies before
+    the receipt commits: the retry on a restarted host rebuilds that child, finds it the same and answers it;
+    no second file."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    before = tree(pi_root)
+    params = {"sessionId": TWO_CALLS, "throughMessageId": f"{TWO_CALLS}:a1000001.1", "submissionId": "mid-call"}
+    with trio.fail_after(120):
+        await killed_during(data, "session.fork.before_commit:1", [("session.fork", params)],
+                            serve_args=("--native-pi-root", str(pi_root)))
+        published = tree(pi_root)
+        assert len(published) == len(before) + 1
+        async with native_host(data, pi_root) as (proc, c):
+            child = await c.call("session.fork", params)
+            assert (await shown(c, child["id"])) == (await shown(c, TWO_CALLS))[:4]
+            assert await c.call("session.fork", params) == child
+            proc.kill9()
+    assert tree(pi_root) == published
+    [new] = [k for k in published if k not in before]
+    assert new.endswith(f"_{child['id'].removeprefix('native-pi:')}.jsonl")
