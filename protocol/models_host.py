@@ -100,6 +100,10 @@ class BootReport(Result):
     inflight_promoted: Count | None = None
     turns_aborted: Count | None = None
     temp_files_removed: Count | None = None
+    native_fork_staging_removed: Count | None = Field(
+        default=None, description="Only with --native-pi-root: staging files of native forks killed before they "
+        "finished, removed from the pi session folders (also counted in tempFilesRemoved)."
+    )
     db_rebuilt: bool | None = None
     secrets_meta_rebuilt: Count | None = Field(
         default=None, description="secrets_meta rows restored from the secrets/*.sec file headers."

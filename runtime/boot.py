@@ -68,6 +68,7 @@ from store.indexing.salvage import clear_pending as clear_salvage
 from store.indexing.salvage import mark_pending as mark_salvage
 from store.indexing.salvage import pending_source as pending_salvage
 from store.inflight import sweep as sweep_inflight
+from store.interchange.native_pi import sweep_fork_staging
 from store.plan_recovery import apply_recorded_approvals
 from store.plans import sweep_intents
 from store.queue import settle_after_restart
@@ -311,6 +312,7 @@ def run_boot(
     stop_requested: Callable[[], bool] = lambda: False,
     rebuild_index: bool = False,
     keep_quarantined: bool = False,
+    native_pi_root: Path | None = None,
 ) -> BootResult:
     """Recover the data directory before anything is served (``inflight_sweep``: tests inject
     their own; the default is :func:`inflight_boot_sweep` with ``faults``).
@@ -318,7 +320,8 @@ def run_boot(
     ``stop_requested`` is asked between steps (from this worker thread): True stops the boot
     with :class:`BootInterrupted`. ``rebuild_index``: quarantine the index and rebuild it from the files
     whatever its check says (the running host met it corrupt). ``keep_quarantined``: prune no quarantined copy
-    of the index (diagnostics; by default the newest ``QUARANTINED_INDEXES_KEPT`` are kept)."""
+    of the index (diagnostics; by default the newest ``QUARANTINED_INDEXES_KEPT`` are kept).
+    ``native_pi_root``: the configured pi session root, whose killed native forks' staging files are swept."""
     t0 = time.perf_counter()
     boot_id = secrets.token_hex(8)
     report: dict[str, Any] = {"bootId": boot_id}
@@ -334,7 +337,8 @@ def run_boot(
         return _recover(conn, open_report, data_dir, report, t0=t0, boot_id=boot_id, faults=faults,
                         now_ms=now_ms, audit_retention_days=audit_retention_days,
                         inflight_sweep=inflight_sweep, clean_shutdown=clean_shutdown,
-                        stop_requested=stop_requested, keep_quarantined=keep_quarantined)
+                        stop_requested=stop_requested, keep_quarantined=keep_quarantined,
+                        native_pi_root=native_pi_root)
     except BootInterrupted:
         raise
     except BaseException as exc:
@@ -356,7 +360,8 @@ def run_boot(
 def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDir, report: dict[str, Any], *,
              t0: float, boot_id: str, faults: Faults, now_ms: Callable[[], int], audit_retention_days: int,
              inflight_sweep: InflightSweep | None, clean_shutdown: bool | None,
-             stop_requested: Callable[[], bool], keep_quarantined: bool) -> BootResult:
+             stop_requested: Callable[[], bool], keep_quarantined: bool,
+             native_pi_root: Path | None = None) -> BootResult:
     """The steps of :func:`run_boot` after the index opened."""
 
     def between(step: str) -> None:
@@ -435,6 +440,12 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         len(sweep_temp_files(d))
         for d in (data_dir.root, data_dir.sessions_dir, data_dir.secrets_dir, data_dir.attachments_dir, *own_dirs)
     ) + len(sweep_quarantine_temps(data_dir.quarantine_dir))  # there only the names written that way: never a copy
+    if native_pi_root is not None:
+        # a native fork killed between its staging write and its link (or before unlinking the staging name):
+        # only files provably its staging files, in pi's folders (the child, if linked, stays published)
+        native = sweep_fork_staging(native_pi_root)
+        report["nativeForkStagingRemoved"] = len(native)
+        report["tempFilesRemoved"] += len(native)
     between("the secrets_meta rebuild")
     # 2b. secrets_meta from the secrets/*.sec headers (full rebuild after an index rebuild)
     report["secrets"] = _secrets_meta_step(conn, data_dir,

@@ -315,7 +315,7 @@ async def run_host(
                            "blobs": blobs,
                            "imports": Imports(data_dir.sessions_dir, blobs.files, faults=faults,
                                               review_root=data_dir.review_changes_dir),
-                           "native": NativeCatalog(config.native_pi_root),
+                           "native": NativeCatalog(config.native_pi_root, faults=faults),
                            "plugins": PluginRegistry(data_dir.root / "plugins"),
                            "providers.lock": trio.Lock(),
                            LOGIN_CODES: LoginCodes(time.monotonic)},
@@ -454,7 +454,7 @@ async def _boot(config: HostConfig, *, faults: Faults, now_ms: Callable[[], int]
             boot = await trio.to_thread.run_sync(partial(
                 run_boot, data_dir, faults=faults, now_ms=now_ms, audit_retention_days=config.audit_retention_days,
                 clean_shutdown=clean_shutdown, stop_requested=shutdown.asked, rebuild_index=rebuild,
-                keep_quarantined=config.keep_quarantined))
+                keep_quarantined=config.keep_quarantined, native_pi_root=config.native_pi_root))
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # run_boot closed its connection
             if rebuild or not is_corruption(exc):
                 raise

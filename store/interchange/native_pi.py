@@ -41,7 +41,8 @@ this host's ``sessions/``, and no byte of a native file is ever modified.
   this fork wrote (the whole file by size + hash, a partial staging write by
   byte prefix). A foreign file — one that took the final name first, or
   replaced a staged or published name — is never removed. The parent is only
-  ever opened read-only.
+  ever opened read-only. A fork killed before its cleanup leaves its staging
+  file; boot removes it (:func:`sweep_fork_staging`, only what is provably one).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from typing import Any
 import orjson
 
 from store.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, StoreError, classify_os_error
+from store.faults import NO_FAULTS, Faults
 from store.fsutil import fsync_dir, write_all
 from store.interchange.importers.common import (
     DEFAULT_LIMITS,
@@ -94,6 +96,8 @@ __all__ = [
     "list_native",
     "native_lines",
     "snapshot",
+    "staging_header_prefix",
+    "sweep_fork_staging",
     "tool_calls",
     "unsupported_for_native",
 ]
@@ -580,14 +584,90 @@ def _remove_if_ours(path: Path, identity: tuple[int, int] | None, data: bytes, *
     return True
 
 
+STAGING_INFIX = ".fork-"
+STAGING_SUFFIX = ".tmp"
+_STAGING_NAME = re.compile(r"^\.(\d{4}-\d\d-\d\dT\d\d)-(\d\d)-(\d\d)-(\d{3}Z)_"
+                           r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl"
+                           + re.escape(STAGING_INFIX) + r"[0-9a-f]{12}" + re.escape(STAGING_SUFFIX) + "$")
+
+
+def staging_header_prefix(name: str) -> bytes | None:
+    """The bytes every staging file :func:`fork_native` names ``name`` starts with (its child's header up to
+    ``cwd``), or None when ``name`` is not such a name."""
+    found = _STAGING_NAME.fullmatch(name)
+    if found is None:
+        return None
+    day, hh, mm, ms, cid = found.groups()
+    stamp = f"{day}:{hh}:{mm}.{ms}"
+    return b'{"type":"session","version":3,"id":"' + cid.encode() + b'","timestamp":"' + stamp.encode() \
+        + b'","cwd":'
+
+
+def _is_fork_staging(path: Path, st: os.stat_result) -> bool:
+    """Provably a staging file a killed fork left: its name is one :func:`fork_native` makes, it is a regular
+    file of this user with the mode the fork creates it with (0600), and its bytes are empty or begin as the
+    child header its name promises (a partial write holds a prefix of it)."""
+    prefix = staging_header_prefix(path.name)
+    if prefix is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() \
+            or stat.S_IMODE(st.st_mode) != 0o600:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if _identity(os.fstat(fd)) != _identity(st):
+            return False
+        head = b""
+        while len(head) < len(prefix) and (chunk := os.read(fd, len(prefix) - len(head))):
+            head += chunk
+    finally:
+        os.close(fd)
+    return prefix.startswith(head) and (len(head) == len(prefix) or st.st_size == len(head))
+
+
+def sweep_fork_staging(root: Path) -> list[Path]:
+    """Boot (nothing is forking yet): remove the staging files of forks killed before they finished
+    (:func:`_is_fork_staging`) under a native pi root, fsyncing each folder one left. A fork killed after its
+    link leaves the child published under its final name (a hard link of the same file): only the staging
+    name goes. Nothing else under the root is touched (symlinks are not followed)."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        here: list[Path] = []
+        for name in sorted(filenames):
+            if not name.endswith(STAGING_SUFFIX) or STAGING_INFIX not in name:
+                continue
+            path = Path(dirpath) / name
+            try:
+                if not _is_fork_staging(path, os.lstat(path)):
+                    continue
+                os.unlink(path)
+            except OSError:
+                continue
+            here.append(path)
+        if here:
+            removed += here
+            try:
+                fsync_dir(Path(dirpath))
+            except OSError:  # the names are gone from this boot's view; a lost unlink is swept at the next one
+                pass
+    return removed
+
+
 def _fail(reason: str, message: str, **data: Any) -> Conflict:
     return Conflict(f"native fork failed closed: {message}", data={"reason": reason, **data})
 
 
 def fork_native(parent: Path, *, now_ms: int, leaf_id: str | None = None, title: str | None = None,
                 child_uuid: str | None = None, hooks: ForkHooks | None = None,
-                limits: ImportLimits = DEFAULT_LIMITS, calls_kept: int | None = None) -> ForkResult:
-    """Write exactly one v3 child beside ``parent`` (see the module doc); the parent is only read."""
+                limits: ImportLimits = DEFAULT_LIMITS, calls_kept: int | None = None,
+                faults: Faults = NO_FAULTS) -> ForkResult:
+    """Write exactly one v3 child beside ``parent`` (see the module doc); the parent is only read.
+    Fault points: ``nativeFork.after_stage`` (the staging file written and fsynced, not linked),
+    ``nativeFork.after_link`` (the child published, the staging name not yet removed)."""
     hooks = hooks or ForkHooks()
     snap = snapshot(parent)
     cid = child_uuid or str(uuid.uuid4())
@@ -596,7 +676,7 @@ def fork_native(parent: Path, *, now_ms: int, leaf_id: str | None = None, title:
     digest = hashlib.sha256(data).hexdigest()
     directory = parent.parent
     final = directory / f"{now_rfc3339(now_ms).replace(':', '-').replace('.', '-')}_{cid}.jsonl"
-    temp = directory / f".{final.name}.fork-{secrets.token_hex(6)}.tmp"
+    temp = directory / f".{final.name}{STAGING_INFIX}{secrets.token_hex(6)}{STAGING_SUFFIX}"
     identity: tuple[int, int] | None = None
     linked = False
     try:
@@ -613,6 +693,7 @@ def fork_native(parent: Path, *, now_ms: int, leaf_id: str | None = None, title:
                 raise classify_os_error(exc, f"write {temp}") from exc
         finally:
             os.close(fd)
+        faults.point("nativeFork.after_stage")
         if hooks.after_stage:
             hooks.after_stage(temp)
         if not _matches(temp, identity, data, prefix_ok=False):
@@ -627,6 +708,7 @@ def fork_native(parent: Path, *, now_ms: int, leaf_id: str | None = None, title:
         except OSError as exc:
             raise classify_os_error(exc, f"link {final}") from exc
         linked = True
+        faults.point("nativeFork.after_link")
         if hooks.after_link:
             hooks.after_link(final)
         if not _matches(final, identity, data, prefix_ok=False):

@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 
 from store.compaction import normalize_on_read
 from store.errors import IdempotencyConflict, InvalidInput, MessageNotFound, SessionNotFound, StoreError
+from store.faults import NO_FAULTS, Faults
 from store.interchange.export import ExportOptions, ExportReport, export_records
 from store.interchange.importers.common import DEFAULT_LIMITS, ImportLimits, Refused, local_id
 from store.interchange.importers.pi import CORRUPT_LEAF
@@ -90,9 +91,10 @@ def _file_key(st: os.stat_result) -> _FileKey:
 class NativeCatalog:
     """One configured pi session root (``None``: no native sessions). Thread-safe."""
 
-    def __init__(self, root: Path | None, *, limits: ImportLimits = DEFAULT_LIMITS) -> None:
+    def __init__(self, root: Path | None, *, limits: ImportLimits = DEFAULT_LIMITS, faults: Faults = NO_FAULTS) -> None:
         self.root = root
         self.limits = limits
+        self.faults = faults
         self._lock = threading.Lock()
         self._files: dict[str, _Entry] = {}
 
@@ -181,7 +183,7 @@ class NativeCatalog:
                         data={"sessionId": native_id, "childId": found.id})
                 return found
         result = fork_native(parent, now_ms=now_ms, leaf_id=leaf, title=title, child_uuid=child_uuid,
-                             limits=self.limits, calls_kept=kept)
+                             limits=self.limits, calls_kept=kept, faults=self.faults)
         return result.session
 
 

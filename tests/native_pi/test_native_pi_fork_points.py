@@ -1,5 +1,5 @@
-"""Native pi forks through any message a read shows, black-box against real ``pi-host serve --native-pi-root
-DIR`` processes (protocol/README.md §9).
+"""Native pi forks through any message a read shows, and a native fork killed before it finished, black-box
+against real ``pi-host serve --native-pi-root DIR`` processes (protocol/README.md §9).
 
 * A pi assistant entry that calls tools is shown as one message per call (``<entry>.<i>``, each with the
   result pi recorded for it) after the entry's own text message. ``session.fork`` through such a message
@@ -7,6 +7,9 @@ DIR`` processes (protocol/README.md §9).
   message ``session.get`` shows holds exactly the shown messages up to and including it (same ids but for
   the session's own, same content, same order): the entry's earlier calls, with their results, stay; its
   later calls go. A keyed retry answers the same child, also after a kill before its receipt.
+* A native fork stages its child in a dot-file beside the parent and hard-links it to its final name. A
+  SIGKILL between the two left the staging file in pi's folder for good; boot now removes such a file (and
+  only files provably a fork's staging file), and the retry of the fork makes exactly one session.
 
 The recorded pi 0.73.1 sessions (``tests/fixtures/recorded/pi``) hold assistant entries with one tool call
 each (the message ``<entry>.0``) and none with several, so the file with several (``two_calls``) is built by
@@ -17,6 +20,7 @@ entry per call, each parented to the entry before it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,8 @@ PROJECT = "--tmp-record-pi-project--"
 BASICS = "native-pi:01a234ad-dfe8-7038-b380-b3ff8f231306"  # recorded: bash and read calls, one per entry
 TWO_CALLS = "native-pi:two-calls"
 OUT_OF_ORDER = "native-pi:out-of-order"
+STAGE_KILL = "nativeFork.after_stage:1"
+LINK_KILL = "nativeFork.after_link:1"
 
 
 def _entry(kind: str, eid: str, parent: str | None, ts: str, **fields: Any) -> dict[str, Any]:
@@ -155,3 +161,78 @@ async def test_a_keyed_fork_through_a_tool_message_killed_before_its_receipt_is_
     assert tree(pi_root) == published
     [new] = [k for k in published if k not in before]
     assert new.endswith(f"_{child['id'].removeprefix('native-pi:')}.jsonl")
+
+
+def plant_staging(folder: Path, name: str, body: bytes, mode: int = 0o600) -> Path:
+    path = folder / name
+    path.write_bytes(body)
+    os.chmod(path, mode)
+    return path
+
+
+async def test_a_fork_killed_after_staging_leaves_nothing_after_a_restart_and_its_retry_forks_once(
+        tmp_path: Path) -> None:
+    """SIGKILL at ``nativeFork.after_stage`` (the staging file written and fsynced, not linked): the restart's
+    boot removes it (``boot.nativeForkStagingRemoved``), and a partial one planted as a kill during its write
+    would leave it; look-alikes that are not provably a fork's staging file stay. The retry forks once."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    folder = pi_root / PROJECT
+    before = tree(pi_root)
+    params = {"sessionId": TWO_CALLS, "throughMessageId": f"{TWO_CALLS}:a1000001.0", "submissionId": "staged"}
+    with trio.fail_after(120):
+        await killed_during(data, STAGE_KILL, [("session.fork", params)],
+                            serve_args=("--native-pi-root", str(pi_root)))
+        [left] = staging_files(pi_root)
+        staged = (pi_root / left).read_bytes()
+        assert len(tree(pi_root)) == len(before) + 1  # the staging file only: nothing published
+        # as a kill in the middle of another fork's staging write would leave it: a prefix of its child
+        cid = "0f0f0f0f-1111-4222-8333-444444444444"
+        header = (b'{"type":"session","version":3,"id":"' + cid.encode()
+                  + b'","timestamp":"2026-12-02T04:05:06.789Z","cwd":"/tmp"}\n')
+        partial = plant_staging(folder, f".2026-12-02T04-05-06-789Z_{cid}.jsonl.fork-0123456789ab.tmp", header[:30])
+        # look-alikes: another header under a staging name, a staging name with another mode, another name
+        foreign = [plant_staging(folder, f".2026-12-02T04-05-06-789Z_{cid}.jsonl.fork-aaaaaaaaaaaa.tmp",
+                                 b'{"type":"session","version":3,"id":"someone-else"}\n'),
+                   plant_staging(folder, f".2026-12-02T04-05-06-789Z_{cid}.jsonl.fork-bbbbbbbbbbbb.tmp", header,
+                                 mode=0o644),
+                   plant_staging(folder, "notes.fork-cccccccccccc.tmp", header)]
+        keep = {str(p.relative_to(pi_root)): p.read_bytes() for p in foreign}
+        async with native_host(data, pi_root) as (proc, c):
+            status = await c.call("host.status", {})
+            assert status["boot"]["nativeForkStagingRemoved"] == 2
+            assert staging_files(pi_root) == sorted(k for k in keep if k.split("/")[-1].startswith("."))
+            assert not (pi_root / left).exists() and not partial.exists()
+            child = await c.call("session.fork", params)
+            assert (await shown(c, child["id"])) == (await shown(c, TWO_CALLS))[:3]
+            assert await c.call("session.fork", params) == child
+            proc.kill9()
+    after = tree(pi_root)
+    assert {k: v[0] for k, v in after.items() if k in keep} == keep  # never removed, never changed
+    new = sorted(k for k in after if k not in before and k not in keep)
+    assert len(new) == 1 and new[0].endswith(f"_{child['id'].removeprefix('native-pi:')}.jsonl")
+    assert after[new[0]][0].split(b"\n")[1:] == staged.split(b"\n")[1:]  # what the killed attempt staged
+
+
+async def test_a_fork_killed_after_its_link_keeps_its_child_and_loses_the_staging_name(tmp_path: Path) -> None:
+    """SIGKILL at ``nativeFork.after_link`` (the child published under its final name, the staging name not
+    yet removed): the restart removes the staging name only; the retry answers the published child and writes
+    no second one."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    before = tree(pi_root)
+    params = {"sessionId": BASICS, "title": "linked", "submissionId": "linked"}
+    with trio.fail_after(120):
+        await killed_during(data, LINK_KILL, [("session.fork", params)], serve_args=("--native-pi-root", str(pi_root)))
+        assert len(staging_files(pi_root)) == 1
+        published = [k for k in tree(pi_root) if k not in before and k.endswith(".jsonl")]
+        assert len(published) == 1
+        async with native_host(data, pi_root) as (proc, c):
+            assert (await c.call("host.status", {}))["boot"]["nativeForkStagingRemoved"] == 1
+            assert staging_files(pi_root) == []
+            child = await c.call("session.fork", params)
+            assert published[0].endswith(f"_{child['id'].removeprefix('native-pi:')}.jsonl")
+            assert await shown(c, child["id"]) == await shown(c, BASICS)
+            proc.kill9()
+    after = tree(pi_root)
+    assert sorted(k for k in after if k not in before) == published

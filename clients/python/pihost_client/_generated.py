@@ -355,6 +355,7 @@ class BootReport(TypedDict):
     inflightPromoted: NotRequired[int | None]
     turnsAborted: NotRequired[int | None]
     tempFilesRemoved: NotRequired[int | None]
+    nativeForkStagingRemoved: NotRequired[int | None]
     dbRebuilt: NotRequired[bool | None]
     secretsMetaRebuilt: NotRequired[int | None]
     salvaged: NotRequired[dict[str, int] | None]

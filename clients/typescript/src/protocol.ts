@@ -469,6 +469,8 @@ export interface BootReport {
   inflightPromoted?: number | null;
   turnsAborted?: number | null;
   tempFilesRemoved?: number | null;
+  /** Only with --native-pi-root: staging files of native forks killed before they finished, removed from the pi session folders (also counted in tempFilesRemoved). */
+  nativeForkStagingRemoved?: number | null;
   dbRebuilt?: boolean | null;
   /** secrets_meta rows restored from the secrets/*.sec file headers. */
   secretsMetaRebuilt?: number | null;
