@@ -35,8 +35,7 @@ from store.errors import IdempotencyConflict, InvalidInput, MessageNotFound, Ses
 from store.faults import NO_FAULTS, Faults
 from store.interchange.export import ExportOptions, ExportReport, export_records
 from store.interchange.importers.common import DEFAULT_LIMITS, ImportLimits, Refused, local_id
-from store.interchange.importers.pi import CORRUPT_LEAF
-from store.interchange.importers.reader import parse_object
+from store.interchange.importers.pi import CORRUPT_LEAF, TORN, locate_entry
 from store.interchange.native_pi import (
     NativeListing,
     NativeSession,
@@ -193,12 +192,14 @@ def _entry_of_message(snap: Snapshot, native_id: str, message_id: str,
     makes that id): the pi entry behind it and, for an assistant entry with tool calls, how many of its calls
     the child keeps. An entry's own message keeps none (its calls are the messages after it); its ``i``-th
     tool call's message ``<entry>.<i>`` keeps calls ``0..i``. A corrupt-leaf notice (shown after the whole
-    branch) is the whole branch: ``(None, None)``."""
+    branch) is the whole branch: ``(None, None)``; a torn-entry notice (shown before the entry recovered from
+    behind it) is the whole entry before that one (the child's lines are whole: it holds no such notice)."""
     prefix = f"{native_id}:"
     local = message_id[len(prefix):] if message_id.startswith(prefix) else None
     if local:
         for line in native_lines(snap.data, max_line_bytes=limits.max_line_bytes):
-            rec = parse_object(line.data) if line.data is not None else None
+            # an entry recovered from behind a torn start is read as the read reads it (locate_entry)
+            rec = locate_entry(line.data)[0] if line.data is not None else None
             if rec is None or rec.get("type") == "session" or not isinstance(rec.get("id"), str):
                 continue
             key: str = rec["id"]
@@ -210,6 +211,9 @@ def _entry_of_message(snap: Snapshot, native_id: str, message_id: str,
                     return key, i + 1
             if local_id(f"{CORRUPT_LEAF}:{key}") == local:
                 return None, None
+            parent = rec.get("parentId")
+            if local_id(f"{TORN}:{key}") == local and isinstance(parent, str) and parent:
+                return parent, None
     raise MessageNotFound(f"message {message_id} is not in native session {native_id}",
                           data={"sessionId": native_id, "messageId": message_id})
 

@@ -29,7 +29,14 @@ import trio
 
 from runtime.client import HostClient
 from tests.acceptance.outsiderkit import data_dir, killed_during
-from tests.acceptance.test_seed003_native_pi_audit import RECORDED, _as_shown, native_host, native_ids, tree
+from tests.acceptance.test_seed003_native_pi_audit import (
+    RECORDED,
+    _as_shown,
+    damaged_trees,
+    native_host,
+    native_ids,
+    tree,
+)
 
 PROJECT = "--tmp-record-pi-project--"
 BASICS = "native-pi:01a234ad-dfe8-7038-b380-b3ff8f231306"  # recorded: bash and read calls, one per entry
@@ -161,6 +168,43 @@ async def test_a_keyed_fork_through_a_tool_message_killed_before_its_receipt_is_
     assert tree(pi_root) == published
     [new] = [k for k in published if k not in before]
     assert new.endswith(f"_{child['id'].removeprefix('native-pi:')}.jsonl")
+
+
+async def test_a_fork_through_a_notice_of_damage_holds_what_the_read_showed_before_it(tmp_path: Path) -> None:
+    """The notices a read adds for a damaged file are messages it shows too: through a torn-entry notice
+    (shown before the entry recovered from behind the torn bytes) the child holds every message before it
+    (the child's lines are whole, so it has no such notice); through a corrupt-leaf notice (shown after the
+    fallback branch) it holds the whole branch shown. Both answered MESSAGE_NOT_FOUND, and so did a fork
+    through the message of the entry recovered from behind the torn bytes (its line was not read as the read
+    reads it)."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    folder = pi_root / PROJECT
+    lines = multi_call_lines("torn-calls").splitlines(keepends=True)
+    torn = b'{"type":"message","id":"zz000001","parentId":"r1000003","message":{"role":"u'
+    (folder / "2026-12-02T03-02-00-000Z_torn-calls.jsonl").write_bytes(b"".join([*lines[:-1], torn, lines[-1]]))
+    (folder / "2026-12-02T03-03-00-000Z_self-leaf.jsonl").write_bytes(
+        damaged_trees(sorted(RECORDED.rglob("*.jsonl"))[1])["self-leaf"])
+    with trio.fail_after(120):
+        async with native_host(data, pi_root) as (proc, c):
+            page = await c.call("session.get", {"sessionId": "native-pi:torn-calls", "full": True})
+            at = next(i for i, m in enumerate(page["messages"])
+                      if (m.get("meta") or {}).get("importedKind") == "pi/torn_entry")
+            assert at == 5  # after the three calls, before the answer recovered from behind the torn bytes
+            child = await c.call("session.fork", {"sessionId": "native-pi:torn-calls",
+                                                  "throughMessageId": page["messages"][at]["id"]})
+            assert await shown(c, child["id"]) == _as_shown(page)[:at]
+            # the answer recovered from behind the torn bytes: every message but the notice
+            child = await c.call("session.fork", {"sessionId": "native-pi:torn-calls",
+                                                  "throughMessageId": page["messages"][at + 1]["id"]})
+            assert await shown(c, child["id"]) == _as_shown(page)[:at] + _as_shown(page)[at + 1:]
+            page = await c.call("session.get", {"sessionId": "native-pi:dmg-self-leaf", "full": True})
+            notice = page["messages"][-1]
+            assert "fallback" in notice["meta"]["corruptLeaf"]
+            child = await c.call("session.fork", {"sessionId": "native-pi:dmg-self-leaf",
+                                                  "throughMessageId": notice["id"]})
+            assert await shown(c, child["id"]) == _as_shown(page)
+            proc.kill9()
 
 
 def plant_staging(folder: Path, name: str, body: bytes, mode: int = 0o600) -> Path:

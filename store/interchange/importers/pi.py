@@ -763,5 +763,5 @@ class PiConverter:
         self.emitter.push(record)
 
 
-__all__ = ["CORRUPT_LEAF", "SOURCE", "Branch", "Header", "OnBranch", "PiConverter", "discover", "find_branch",
-           "locate_entry", "on_branch", "parse", "read_header"]
+__all__ = ["CORRUPT_LEAF", "SOURCE", "TORN", "Branch", "Header", "OnBranch", "PiConverter", "discover",
+           "find_branch", "locate_entry", "on_branch", "parse", "read_header"]
