@@ -32,7 +32,9 @@ so it is redacted by its exact value; other text merely shaped like it (a
 unless ``include_thinking``.
 
 The JSONL form is the transcript format (docs/DESIGN.md): a ``session``
-header, a ``session_info`` line, the message and compaction lines, one
+header, a ``session_info`` line, the message and compaction lines (a message
+written under another project root than the session's now preceded by a bare
+``session_info`` line naming that root, as a rewrite writes them: ``_RootLines``), one
 ``environment`` line per snapshot (a line kind readers skip), then the
 session's archived regenerate/edit branches (seed 003 §4.9) as the revisions
 file holds them: one ``revision`` (a branch stored in full) or
@@ -54,6 +56,7 @@ and stores the bytes). Rendering of Markdown and HTML lives in
 from __future__ import annotations
 
 import base64
+import bisect
 import io
 import os
 import re
@@ -76,7 +79,7 @@ from store.jsonio import dumps_line, loads_line, now_rfc3339
 from store.revisions import PAGER_KEYS, REVISION, REVISION_LIVE, entry_of_line, family_of
 from store.rules import TURN_ENDED
 from store.snapshots import is_secret_key, load_snapshot
-from store.transcripts.records import wire_record
+from store.transcripts.records import Root, root_line, root_named, wire_record
 from store.transcripts.session_files import REVISIONS_SUFFIX
 from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines, read_spans
 
@@ -243,6 +246,9 @@ class SessionView:
     families: frozenset[str] = frozenset()
     """JSONL: the families the export's archived branches are keyed by (:func:`archived_families`): a
     tombstoned user message rooting one of them is exported content-free (:func:`withheld`)."""
+    roots: tuple[list[int], list[Root]] = ([], [])
+    """JSONL: offsets of the transcript's ``session_info`` lines that name a project root, and those roots
+    (:func:`positional_roots`): the root each exported line was written under (``records.Root``)."""
     unreadable: int = 0
     """Indexed lines that no longer parse (bit rot, an outside edit): left out and counted, never fatal
     (RELIABILITY rule 3: readers skip a bad mid-file line; it is reported, never silently dropped)."""
@@ -254,8 +260,9 @@ class SessionView:
             self.unreadable += 1
             return None
 
-    def records(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        """(message record, the checkpoints whose boundary it is), in transcript order, tombstoned ones out."""
+    def records(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]], Root | None]]:
+        """(message record, the checkpoints whose boundary it is, the root its line stands under), in transcript
+        order, tombstoned ones out."""
         sid = self.row["id"]
         total = self.row["messageCount"]
         start = 0
@@ -279,15 +286,22 @@ class SessionView:
                         if family in rooted or not ({family, str(parsed.get("id"))} & self.families):
                             continue
                         rooted.add(family)
-                        yield withheld(parsed), []
+                        yield withheld(parsed), [], self._root_at(row[2])
                         continue
                     rooted.add(family)
                 elif row[4]:
                     continue
                 record = mark_evicted_blocks(self.conn, parsed)  # seed 000 §2.3, as session.get
-                yield record, [*carried, *self.checkpoints.pop(row[1], [])]
+                yield record, [*carried, *self.checkpoints.pop(row[1], [])], self._root_at(row[2])
                 carried = []
             start = window[-1][0]
+
+    def _root_at(self, offset: int) -> Root | None:
+        """The root a line at ``offset`` stands under: the nearest root-naming ``session_info`` line's before it
+        (None: no such line precedes it, or :attr:`roots` was not read)."""
+        offsets, roots = self.roots
+        at = bisect.bisect_left(offsets, offset)
+        return roots[at - 1] if at else None
 
     def _lines(self, rows: list[tuple[Any, ...]]) -> Iterator[tuple[tuple[Any, ...], bytes]]:
         """(row, its transcript line) for each row, read :data:`READ_BYTES` at a time."""
@@ -541,6 +555,36 @@ def archived_families(path: Path) -> frozenset[str]:
         os.close(fd)
 
 
+def positional_roots(path: Path) -> tuple[list[int], list[Root]]:
+    """(offsets, roots) of the transcript ``path``'s ``session_info`` lines that name a project root
+    (``records.root_named``), in file order: what :meth:`SessionView._root_at` looks a line's root up in. One
+    pass over the file, a line at a time (only the lines naming ``session_info`` are parsed); memory holds one
+    entry per such line. A missing file has none."""
+    offsets: list[int] = []
+    roots: list[Root] = []
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return offsets, roots
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {path}") from exc
+    try:
+        for start, _end, line, _ in bounded_lines(fd, 0, os.fstat(fd).st_size, limit=MAX_LINE_BYTES):
+            if not line or b'"session_info"' not in line:
+                continue
+            try:
+                rec = loads_line(line[:-1])
+            except ValueError:
+                continue
+            root = root_named(rec) if rec.get("type") == "session_info" else None
+            if root is not None:
+                offsets.append(start)
+                roots.append(root)
+    finally:
+        os.close(fd)
+    return offsets, roots
+
+
 def _open_revisions(path: Path) -> int | None:
     try:
         return open_nofollow(path, os.O_RDONLY)
@@ -614,6 +658,8 @@ def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, 
     row = index.require_session(conn, session_id)
     view = SessionView(row, transcript, conn)
     view.load_checkpoints()
+    if options.format == "jsonl":  # the root each line was written under (the export's positional root lines)
+        view.roots = positional_roots(transcript)
     revisions = transcript.with_name(f"{session_id}{REVISIONS_SUFFIX}")
     if options.format == "jsonl" and conn.execute(
             "SELECT 1 FROM messages WHERE session_id = ? AND deleted = 1 AND role = 'user' LIMIT 1",
@@ -630,15 +676,16 @@ def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, 
     return report
 
 
-def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]],
+def export_records(session: Mapping[str, Any],
+                   records: Iterable[tuple[dict[str, Any], list[dict[str, Any]], Root | None]],
                    orphan_checkpoints: Iterable[Mapping[str, Any]], environments: Iterable[Mapping[str, Any]],
                    out: BinaryIO, options: ExportOptions, archived: Iterable[Mapping[str, Any]] = (),
                    turns: Iterable[Mapping[str, Any]] = (), *, carried: Carried | None = None) -> ExportReport:
-    """The export of any session view: its summary, (message, the checkpoints after it) in order,
-    checkpoints without a boundary, then run environments (a native pi session has none), then (JSONL
-    only) the archived branches ``archived`` yields (:func:`archived_lines`) and the turns ``turns`` yields
-    (``SessionView.turns``); a JSONL export given ``carried`` ends with the bytes its blocks (the archived
-    branches' included) refer to and the session's review snapshots (:func:`write_carried`)."""
+    """The export of any session view: its summary, (message, the checkpoints after it, the root its line was
+    written under) in order, checkpoints without a boundary, then run environments (a native pi session has
+    none), then (JSONL only) the archived branches ``archived`` yields (:func:`archived_lines`) and the turns
+    ``turns`` yields (``SessionView.turns``); a JSONL export given ``carried`` ends with the bytes its blocks
+    (the archived branches' included) refer to and the session's review snapshots (:func:`write_carried`)."""
     _check_format(options)
     report = ExportReport(options.format)
     redactor = Redactor(options.secret_values, enabled=not options.include_secrets)
@@ -650,16 +697,22 @@ def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str,
         writer = (MarkdownWriter if options.format == "md" else HtmlWriter)(out, options)
     shas: set[str] = set()  # the blobs the exported lines refer to (a JSONL export with ``carried``)
     carry = carried is not None and options.format == "jsonl"
-    writer.begin(redactor.value(dict(session)))
+    info = redactor.value(dict(session))
+    writer.begin(info)
+    roots = _RootLines(writer, redactor, info) if options.format == "jsonl" else None
     for cp in orphan_checkpoints:
         writer.checkpoint(_referring(prepare_checkpoint(cp, options, redactor, report), shas, carry))
         report.compactions += 1
-    for record, checkpoints in records:
+    for record, checkpoints, root in records:
+        if roots is not None:
+            roots.before(root)
         writer.message(_referring(prepare_record(record, options, redactor, report), shas, carry))
         report.messages += not is_withheld(record)
         for cp in checkpoints:
             writer.checkpoint(_referring(prepare_checkpoint(cp, options, redactor, report), shas, carry))
             report.compactions += 1
+    if roots is not None:
+        roots.close()
     for env in environments:
         writer.environment(redactor.value(env))
         report.environments += 1
@@ -679,6 +732,34 @@ def export_records(session: Mapping[str, Any], records: Iterable[tuple[dict[str,
     report.redactions = redactor.count
     report.bytes = writer.written
     return report
+
+
+class _RootLines:
+    """The positional root lines of a JSONL export (protocol/README.md §9): the transcript's rule
+    (``records.Root``) kept across the copy. The ``session_info`` line after the header names the session's
+    root, which the lines after it stand under; before a message written under another root a bare
+    ``{"type": "session_info", "projectPath": <root>}`` line names that one, and after the last message, when
+    the root in effect is not the session's, one more names the session's again (the newest ``projectPath`` of
+    the file is the session's: an importer that reads the lines as settings, an older one, binds the copy where
+    it did before). A line no root-naming line preceded on this host (``root`` None: one written before roots
+    were kept) stands under the one in effect, as before."""
+
+    def __init__(self, writer: _JsonlWriter, redactor: Redactor, info: Mapping[str, Any]) -> None:
+        self.writer = writer
+        self.redactor = redactor
+        path = info.get("projectPath")
+        self.session = root_named({"projectPath": path if isinstance(path, str) else None}) or Root(None)
+        self.in_effect = self.session
+
+    def before(self, root: Root | None) -> None:
+        if root is not None and root != self.in_effect:  # (the line after the header names the session's, or none)
+            self.writer.carry(self.redactor.value(root_line(root)))
+            self.in_effect = root
+
+    def close(self) -> None:
+        if self.in_effect != self.session:
+            self.writer.carry(self.redactor.value(root_line(self.session)))
+            self.in_effect = self.session
 
 
 # --------------------------------------------------------------------------- the bytes a JSONL export carries

@@ -111,7 +111,7 @@ from store.revisions import (
     with_stamp,
 )
 from store.tombstones import TOMBSTONE, tombstone_line
-from store.transcripts.records import rfc3339_to_ms
+from store.transcripts.records import Root, rfc3339_to_ms, root_line, root_named
 from store.transcripts.transcript import IMPORT_RECEIPT, header_line, read_transcript
 
 __all__ = [
@@ -205,6 +205,8 @@ when that line names no mode of its own; it was counted as skipped."""
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""
 INDEX_BATCH = 512
+NO_ROOT = Root(None)
+"""A session without a project root (``records.Root``)."""
 MAX_TRACKED_NEW = 1_000_000
 """New message ids a re-import remembers for :func:`_converge_branch` (a bounded list)."""
 _WRITE_BUFFER = 1 << 20
@@ -526,7 +528,8 @@ def stage(
                                           workspace=workspace))
         staged = stage_parsed(parsed, unit.session_id, target, sink=sink, spans=spans, dry_run=dry_run,
                               created_ms=created_ms, known_ids=known_ids, known_compactions=known_compactions,
-                              import_receipt=import_receipt, prior=prior)
+                              import_receipt=import_receipt, prior=prior,
+                              root=root_named({"projectPath": workspace or None}))
     except BaseException:
         if reviews is not None:  # refused or failed: the snapshots it staged go at once
             reviews.discard()
@@ -552,14 +555,16 @@ def stage_parsed(
     imported_ms: int | None = None,
     import_receipt: Mapping[str, Any] | None = None,
     prior: Mapping[str, Any] | None = None,
+    root: Root | None = None,
 ) -> StagedImport:
     """:func:`stage` for records from any producer (an importer, a plugin's messages). ``receipt`` and
-    ``imported_ms``: a plugin import's (see :class:`StagedImport`)."""
+    ``imported_ms``: a plugin import's (see :class:`StagedImport`). ``root``: a re-import's, the session's
+    root now (the one its transcript's lines leave in effect; :func:`_write_changes`)."""
     try:
         return _stage(parsed, session_id, target, sink, spans=spans, dry_run=dry_run, created_ms=created_ms,
                       known_ids=known_ids, known_compactions=known_compactions, plugin_id=plugin_id,
                       project=project, receipt=receipt, imported_ms=imported_ms,
-                      import_receipt=None if dry_run else import_receipt, prior=prior)
+                      import_receipt=None if dry_run else import_receipt, prior=prior, root=root)
     except Refused as exc:
         exc.report = parsed.report.refuse(exc.code, exc.message)
         raise
@@ -570,7 +575,7 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
            known_compactions: Callable[[], Iterable[str]] | None, plugin_id: str,
            project: tuple[int, str] | None, receipt: Mapping[str, Any] | None = None,
            imported_ms: int | None = None, import_receipt: Mapping[str, Any] | None = None,
-           prior: Mapping[str, Any] | None = None) -> StagedImport:
+           prior: Mapping[str, Any] | None = None, root: Root | None = None) -> StagedImport:
     transcript = target.transcript(sid)
     kind = "new" if spans is None else "append"
     temp = None if dry_run else _temp_name(transcript, "" if kind == "new" else ".import")
@@ -594,7 +599,7 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
             assert spans is not None
             follows = parsed.follows_branch
             _write_changes(records, out, staged, spans, known_ids if follows else None, parsed.source_ids,
-                           known_compactions if follows else None)
+                           known_compactions if follows else None, root=root or NO_ROOT)
         if parsed.off_branch is not None and not staged.report.older_copy:
             old = _OldLive(staged)
             families = _archive_off_branch(parsed.off_branch, staged, live, old)
@@ -639,7 +644,11 @@ def _stage(parsed: Parsed, sid: str, target: ImportTarget, sink: BlobSink, *, sp
 
 def _write_new(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, staged: StagedImport,
                created_ms: Callable[[], int] | None) -> None:
+    lead: list[tuple[dict[str, Any], bytes]] = []  # root lines before the first record (a pi-host export's)
     first = next(records, None)
+    while first is not None and first[0].get("type") == "session_info":
+        lead.append(first)
+        first = next(records, None)
     if first is None:
         raise Refused("EMPTY_SESSION", "the session holds no messages")
     meta = staged.meta
@@ -649,10 +658,10 @@ def _write_new(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, stage
     out.write(header)
     staged.body_start = len(header)
     count = messages = 0
-    for record, line in itertools.chain((first,), records):
+    for record, line in itertools.chain(lead, (first,), records):
         out.write(line)
-        if record.get("type") == TOMBSTONE:  # a message's state, written with it: not a record of its own
-            continue
+        if record.get("type") in (TOMBSTONE, "session_info"):  # a message's state, written with it, or the root
+            continue  # the lines after it stand under (records.Root): not a record of its own
         count += 1
         if record.get("type") == "message":
             messages += 1
@@ -709,8 +718,15 @@ def _writable(records: Iterable[dict[str, Any]], report: SessionReport) -> Itera
 def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, staged: StagedImport, spans: Spans,
                    known_ids: Callable[[], Iterable[tuple[str, bool]]] | None,
                    source_ids: Callable[[], set[str]] | None = None,
-                   known_compactions: Callable[[], Iterable[str]] | None = None) -> None:
-    """Write only records whose line the transcript does not already hold, byte for byte."""
+                   known_compactions: Callable[[], Iterable[str]] | None = None, *,
+                   root: Root = NO_ROOT) -> None:
+    """Write only records whose line the transcript does not already hold, byte for byte.
+
+    A source's root lines (a pi-host export's positional ``session_info`` lines) are not records: a message
+    line written gets a root line before it when the root it stood under in the source is not the one in
+    effect where it lands (``records.Root``; ``root``: the session's now, in effect at the transcript's end),
+    and after the last one the session's root is named again if another is in effect, so the session's
+    newest ``projectPath`` stays its own."""
     try:
         fd = open_nofollow(staged.transcript, os.O_RDONLY)
     except OSError as exc:
@@ -718,7 +734,7 @@ def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, s
     try:
         staged.pre_length = os.fstat(fd).st_size
         staged.body_start = staged.pre_length
-        batch: list[tuple[dict[str, Any], bytes]] = []
+        batch: list[tuple[dict[str, Any], bytes, Root | None]] = []
         batched = 0
         written: dict[str, bytes] = {}  # id -> digest of the line written for it (not the line: bounded)
         new_ids: list[str] = []
@@ -726,26 +742,35 @@ def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, s
         # A held line the source now gives otherwise waits here until the stream ends: a later version of
         # the same record may follow (Codex attaches a turn's usage to its reply lines later), and only the
         # last one is compared with the held line. Written at once past _PENDING_BYTES.
-        pending: dict[str, tuple[bytes, bytes]] = {}  # id -> (its newest line, the held line)
+        # id -> (its newest line, the held line, the root it stands under in the source)
+        pending: dict[str, tuple[bytes, bytes, Root | None]] = {}
         pending_bytes = [0]
         fresh: list[str | None] = [None]  # the message this import wrote last as new (its tombstone follows it)
+        in_effect = [root]  # the root the transcript's lines leave in effect where the next line lands
+
+        def put(line: bytes, under: Root | None) -> None:
+            if under is not None and under != in_effect[0]:
+                out.write(dumps_line(root_line(under)))
+                in_effect[0] = under
+            out.write(line)
 
         def settle_pending() -> None:
-            for rid, (line, held) in pending.items():
+            for rid, (line, held, under) in pending.items():
                 if line == held:  # the stream came back to what the transcript holds
                     staged.report.unchanged_records += 1
                     continue
                 staged.report.replaced_records += 1
-                out.write(line)
+                put(line, under)
                 if len(written) < 100_000:
                     written[rid] = _line_digest(line)
             pending.clear()
             pending_bytes[0] = 0
 
         def flush() -> None:
-            known = spans([r["id"] for r, _ in batch if r["id"] not in pending])
-            for record, line in batch:
+            known = spans([r["id"] for r, _, _ in batch if r["id"] not in pending])
+            for record, line, under in batch:
                 rid = record["id"]
+                under = under if record.get("type") == "message" else None
                 if record.get("type") == TOMBSTONE:  # a message's, written with it only (a re-import leaves the
                     if record.get("messageId") == fresh[0]:  # copy's own restore of it standing)
                         out.write(line)
@@ -755,13 +780,13 @@ def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, s
                     if held != line and record.get("role") == "user":
                         line = _carry_stamp(record, held, line)
                     pending_bytes[0] += len(line) - len(pending[rid][0])
-                    pending[rid] = (line, held)
+                    pending[rid] = (line, held, under)
                     continue
                 if rid in written:
                     digest = _line_digest(line)
                     if written[rid] != digest:  # a later version of a record this import wrote: a line more
                         staged.report.replaced_records += 1
-                        out.write(line)
+                        put(line, under)
                         written[rid] = digest
                     continue
                 span = known.get(rid)
@@ -774,7 +799,7 @@ def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, s
                     if held == line:
                         staged.report.unchanged_records += 1
                         continue
-                    pending[rid] = (line, held)
+                    pending[rid] = (line, held, under)
                     pending_bytes[0] += len(line) + len(held)
                     if pending_bytes[0] > _PENDING_BYTES:
                         settle_pending()
@@ -787,14 +812,18 @@ def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, s
                         new_ids.append(rid)
                 elif record.get("type") == "compaction" and len(new_compactions) < MAX_TRACKED_NEW:
                     new_compactions.append(rid)  # new, or hidden before (a hidden checkpoint has no row)
-                out.write(line)
+                put(line, under)
                 if len(written) < 100_000:
                     written[rid] = _line_digest(line)
             batch.clear()
 
         on_branch: set[str] | None = set() if known_ids is not None else None
+        stream: Root | None = None  # the root the source's lines leave in effect (None: none named yet)
         for record, line in records:
-            batch.append((record, line))
+            if record.get("type") == "session_info":  # a root line: written before a record it roots (put)
+                stream = root_named(record) or stream
+                continue
+            batch.append((record, line, stream))
             if record.get("type") == "message":
                 staged.source_model = named_model(record) or staged.source_model
             batched += len(line)
@@ -805,6 +834,8 @@ def _write_changes(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, s
                 batched = 0
         flush()
         settle_pending()
+        if in_effect[0] != root:  # the session's newest projectPath is its own
+            out.write(dumps_line(root_line(root)))
         if known_ids is not None and on_branch is not None:
             _converge_branch(out, staged, on_branch, new_ids, known_ids, source_ids() if source_ids else None,
                              new_compactions, known_compactions)
@@ -1441,6 +1472,7 @@ def _index_lines(staged: StagedImport,
     tombs: list[tuple[str, bool]] = []
     end = staged.body_start
     held = 0  # bytes of the lines in the batch: a batch is bounded in bytes as well as in records
+    root: Root | None = None  # the root the lines so far leave in effect (None: the session's, records.Root)
     for line in reader:
         if line.data is None:
             raise StoreError(f"{staged.transcript}: a written line is over the line limit")
@@ -1448,7 +1480,9 @@ def _index_lines(staged: StagedImport,
         end = line.offset + line.length
         if rec.get("type") == "message":
             whole = line.data + b"\n" if line.length == len(line.data) + 1 else None  # the line as the file holds it
-            msgs.append(index.IndexRecord(rec, line.offset, line.length, line=whole))
+            msgs.append(index.IndexRecord(rec, line.offset, line.length, line=whole, root=root))
+        elif rec.get("type") == "session_info":
+            root = root_named(rec) or root
         elif rec.get("type") == "compaction":
             comps.append(index.CompactionRecord(rec, line.offset, line.length))
         elif rec.get("type") == "tombstone":

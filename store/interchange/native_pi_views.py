@@ -266,8 +266,8 @@ def native_window(session: NativeSession, req: WindowRequest) -> dict[str, Any]:
     }
 
 
-def _with_checkpoints(session: NativeSession) -> tuple[list[dict[str, Any]],
-                                                       Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]]:
+def _with_checkpoints(session: NativeSession) -> tuple[
+        list[dict[str, Any]], Iterator[tuple[dict[str, Any], list[dict[str, Any]], None]]]:
     after: dict[str, list[dict[str, Any]]] = {}
     ids = {rec["id"] for rec in session.messages}
     orphans: list[dict[str, Any]] = []
@@ -278,9 +278,9 @@ def _with_checkpoints(session: NativeSession) -> tuple[list[dict[str, Any]],
         else:
             orphans.append(cp)
 
-    def records() -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        for rec in session.messages:
-            yield rec, after.pop(rec["id"], [])
+    def records() -> Iterator[tuple[dict[str, Any], list[dict[str, Any]], None]]:
+        for rec in session.messages:  # a native session's lines name no root of this host's
+            yield rec, after.pop(rec["id"], []), None
 
     return orphans, records()
 

@@ -10,7 +10,10 @@ transcript; an export holds none, a transcript copy may), ``session_info``
 names the session (an export of an imported session: its ``historyModel``, ``historyGit`` and ``spawnedBy``
 go back into the origin history) and gives a new copy the export's ``thinkingLevel`` and ``thread`` metadata
 (its ``parentThreadId`` named as the copy of that parent is, its approved ``origins`` left behind); the internal
-command receipt is dropped. The export's ``revision`` / ``revision_live`` lines (its archived
+command receipt is dropped. Each ``session_info`` line naming a project root (the full one, and an export's bare
+positional ``{"type", "projectPath"}`` lines, which set nothing else) becomes such a root line in the copy where it
+stands, when the root changes (``records.Root``: the copy's Write/Edit lines resolve against the folder they were
+written in). The export's ``revision`` / ``revision_live`` lines (its archived
 regenerate/edit branches, seed 003 §4.9) are handed over as :class:`Archived`, their ids namespaced as the
 messages' (a root's ``meta.revisionRootId`` too), for the import to write under the same keys into the copy's
 revisions file; its ``turn`` lines (the first host's usage, seed 003 §4.6) become the copy's turn rows, ids
@@ -59,9 +62,9 @@ from store.interchange.importers.common import (
 )
 from store.interchange.origin_history import SPAWN_KEYS
 from store.revisions import REVISION, REVISION_LIVE, family_of, stamp_of
-from store.rules import TURN_ENDED
+from store.rules import TURN_ENDED, is_absolute_path, path_problem
 from store.tombstones import TOMBSTONE
-from store.transcripts.records import ROLES
+from store.transcripts.records import ROLES, Root, root_line, root_named
 from store.upgrade.schema import MAX_SEQ
 from store.usage import INT64_MAX
 
@@ -118,6 +121,7 @@ def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, c
            hidden: frozenset[str], seen: set[str], sid: str, meta: SessionMeta, report: SessionReport,
            ctx: ParseContext, archived: Archived, turns: dict[str, dict[str, Any]]) -> Iterator[Slot]:
     header_seen = False
+    in_effect: Root | None = None  # the root the lines pushed so far leave in effect (a line before any: None)
     unpaired: dict[str, int] = {}  # message id -> calls without their result in its last line (one counting several)
     for line in reader:
         file.lines += 1
@@ -164,6 +168,13 @@ def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, c
             carried.referenced(_unmarked(out))
             emitter.push(out)
         elif kind == "session_info":
+            root = _root_of(rec)
+            if root is not None and root != in_effect:  # the copy's lines after it stand under it (records.Root)
+                emitter.push(root_line(root))
+                in_effect = root
+            if is_root_line(rec):  # names a position only: the session's settings are its full lines'
+                yield from emitter.ready()
+                continue
             meta.offer_title(rec.get("title"), 0, replace=True)
             if isinstance(rec.get("projectPath"), str) and rec["projectPath"]:
                 meta.cwd = rec["projectPath"]
@@ -204,6 +215,24 @@ def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, c
     report.unpaired_tool_calls = sum(unpaired.values())
     yield from emitter.finish()
     file_report(reader, file)
+
+
+def is_root_line(rec: Mapping[str, Any]) -> bool:
+    """A bare ``{"type": "session_info", "projectPath": ...}`` line: the root the lines after it were written
+    under (an export's positional root line, a rewrite's), no setting of the session's."""
+    return rec.keys() == {"type", "projectPath"}
+
+
+def _root_of(info: Mapping[str, Any]) -> Root | None:
+    """The root a ``session_info`` line sets for the lines after it (``records.root_named``), when the copy can
+    hold it: an absolute path a client could name (a relative or over-long one is no root: ignored, the lines
+    after it standing under the one before), or null (no root)."""
+    root = root_named(info)
+    if root is None or root.path is None:
+        return root
+    if not is_absolute_path(root.path) or path_problem(root.path) is not None:
+        return None
+    return root
 
 
 def _unmarked(value: Any, depth: int = 0) -> Any:
