@@ -128,7 +128,8 @@ def plan_assistant_edit(
     plan = plan_rewrite(live, fork.plan.compactions, tombstones=tombs, session_info=dict(session_info),
                         roots=child_roots, root=root)
     lines = [
-        revision_line(family, ORIGINAL_REVISION, original_tail, {}, created_at_ms=now_ms),
+        # the original tail keeps its lines' roots: a switch back to it writes them under them again
+        revision_line(family, ORIGINAL_REVISION, original_tail, {}, created_at_ms=now_ms, roots=child_roots),
         revision_live_line(family, EDITED_REVISION, created_at_ms=now_ms, message_count=len(live) - rpos),
     ]
     return EditPlan(fork, plan, family, str(original["id"]), str(edited["id"]), original_tail,

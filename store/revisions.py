@@ -46,7 +46,7 @@ from store.fsutil import open_nofollow, published_fsync_dir, write_all
 from store.ids import remapped_message_id
 from store.indexing.sql_lists import in_chunks
 from store.jsonio import dumps_line, loads_line
-from store.transcripts.records import meta_of, ms_to_rfc3339, rfc3339_to_ms
+from store.transcripts.records import Root, meta_of, ms_to_rfc3339, rfc3339_to_ms, root_named
 from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines, read_spans
 
 REVISION = "revision"
@@ -68,21 +68,75 @@ def revision_line(
     *,
     created_at_ms: int,
     extra: Mapping[str, Any] | None = None,
+    roots: Mapping[str, Root | None] | None = None,
 ) -> bytes:
     """A full branch payload (the branch is leaving, or has left, the transcript). ``extra`` keys ride
     after the standard ones (``compactions``: the branch's checkpoints, which a restore writes again;
     ``deleted``: the ids of its messages the user had deleted; an import's ``importedFrom`` /
-    ``sourceLeaf``; readers skip keys they do not know)."""
+    ``sourceLeaf``; readers skip keys they do not know). ``roots``: the project root each message's line stood
+    under in the transcript (``records.Root``), kept as ``roots`` (:func:`roots_field`) when any is known."""
     ids = {m.get("id") for m in messages}
-    return dumps_line({
+    rec: dict[str, Any] = {
         "type": REVISION,
         "rootUserId": root_user_id,
         "revisionIndex": revision_index,
         "createdAt": ms_to_rfc3339(created_at_ms),
         "messages": [dict(m) for m in messages],
         "turns": {k: v for k, v in turns.items() if k in ids},
-        **dict(extra or {}),
-    })
+    }
+    changes = roots_field(messages, roots or {})
+    if changes:
+        rec[ROOTS] = changes
+    rec.update(extra or {})
+    return dumps_line(rec)
+
+
+ROOTS = "roots"
+"""A ``revision`` line's ``[[messageId, projectPath | null], ...]``: from that message of its branch on, the
+lines stood under that project root in the transcript (``records.Root``), until the next entry; messages before
+the first entry had none named. A switch writes the branch back under them (a rewrite writes a root line
+before a message whose root is not the one in effect), so its Write/Edit lines resolve against the folder
+they were written in, not the session's now. A line without it (written before it was kept) comes back under
+the session's root, as before."""
+
+
+def roots_field(messages: Sequence[Mapping[str, Any]], roots: Mapping[str, Root | None]) -> list[list[Any]]:
+    """``roots`` (message id → root) of ``messages`` as a revision line keeps them (:data:`ROOTS`): one entry
+    where the root changes, in the branch's order."""
+    out: list[list[Any]] = []
+    in_effect: Root | None = None
+    for m in messages:
+        root = roots.get(str(m.get("id")))
+        if root is not None and root != in_effect:
+            out.append([m.get("id"), root.path])
+            in_effect = root
+    return out
+
+
+def roots_of(rec: Mapping[str, Any]) -> dict[str, Root]:
+    """Message id → root of a ``revision`` record's branch (:data:`ROOTS`; an entry naming no message of
+    the branch, or no path, is skipped)."""
+    raw = rec.get(ROOTS)
+    messages = rec.get("messages")
+    if not isinstance(raw, list) or not isinstance(messages, list):
+        return {}
+    at: dict[str, Root] = {}
+    for item in raw:
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and (
+                item[1] is None or isinstance(item[1], str)):
+            root = root_named({"projectPath": item[1]})
+            if root is not None:
+                at[item[0]] = root
+    out: dict[str, Root] = {}
+    current: Root | None = None
+    for m in messages:
+        mid = m.get("id") if isinstance(m, Mapping) else None
+        if not isinstance(mid, str):
+            continue
+        current = at.get(mid, current)
+        if current is not None:
+            out[mid] = current
+    return out
 
 
 def revision_live_line(root_user_id: str, revision_index: int, *, created_at_ms: int,
@@ -127,6 +181,9 @@ class RevisionEntry:
     restore writes their tombstones again, so a deleted message never comes back with its branch."""
     message_count: int | None = None
     """A ``revision_live`` reference's ``messageCount`` (None: a line written before it was kept)."""
+    roots: Mapping[str, Root] = field(default_factory=dict)
+    """Message id → the project root its line stood under in the transcript (:data:`ROOTS`; a message
+    without one: none was known)."""
 
     @property
     def key(self) -> Key:
@@ -165,8 +222,10 @@ class RevisionFile:
 def payload_digest(entry: RevisionEntry) -> str:
     """What a full ``revision`` line stores of its branch, not when (``createdAt``): its messages, turns,
     checkpoints and deleted ids. Two lines of one key with one digest store the same variant twice."""
-    body = {"messages": list(entry.messages), "turns": dict(entry.turns), "compactions": list(entry.compactions),
-            "deleted": sorted(entry.deleted)}
+    body: dict[str, Any] = {"messages": list(entry.messages), "turns": dict(entry.turns),
+                            "compactions": list(entry.compactions), "deleted": sorted(entry.deleted)}
+    if entry.roots:  # (a line without them digests as it did)
+        body[ROOTS] = sorted((mid, root.path or "") for mid, root in entry.roots.items())
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -203,7 +262,7 @@ def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
                         and isinstance(c.get("id"), str)) if isinstance(comps, list) else ()
     raw_deleted = rec.get("deleted")
     deleted = frozenset(d for d in raw_deleted if isinstance(d, str)) if isinstance(raw_deleted, list) else frozenset()
-    return RevisionEntry(root, idx, False, created, kept, turn_map, checkpoints, deleted)
+    return RevisionEntry(root, idx, False, created, kept, turn_map, checkpoints, deleted, roots=roots_of(rec))
 
 
 def parse_revisions(data: bytes, *, records: bool = False) -> RevisionFile:
@@ -821,6 +880,7 @@ __all__ = [
     "RevisionEntry",
     "RevisionFile",
     "ROOT_MISSING",
+    "ROOTS",
     "STALE_REFERENCE",
     "Stamp",
     "append_revision_lines",
@@ -844,6 +904,8 @@ __all__ = [
     "note_root_aliases",
     "revision_rows",
     "root_before",
+    "roots_field",
+    "roots_of",
     "rows_from_file",
     "set_active",
     "stamp_of",

@@ -81,7 +81,7 @@ from store.revisions import (
     with_stamp,
 )
 from store.tombstones import deleted_ids
-from store.transcripts.records import normalize_message, rfc3339_to_ms, wire_record, with_internal_meta
+from store.transcripts.records import Root, normalize_message, rfc3339_to_ms, wire_record, with_internal_meta
 from store.transcripts.rewrite import (
     LiveTranscript,
     RewritePlan,
@@ -249,11 +249,13 @@ def _referenced(ctx: SessionContext, key: tuple[str, int]) -> None:
 
 async def archive(ctx: SessionContext, items: Sequence[Archive],
                   compactions: Sequence[Mapping[str, Any]] = (),
-                  tombstones: Mapping[str, Mapping[str, Any]] | None = None) -> int:
+                  tombstones: Mapping[str, Mapping[str, Any]] | None = None,
+                  roots: Mapping[str, Root | None] | None = None) -> int:
     """Append full ``revision`` lines (one write, one fsync) and forget their live references. Each line
-    keeps the checkpoints of ``compactions`` anchored in its branch and the ids of its messages
-    ``tombstones`` hides (a restore writes both again). Returns the time the lines carry
-    (``createdAt``): a row the archive creates stores that time, as a rebuild reads it back."""
+    keeps the checkpoints of ``compactions`` anchored in its branch, the ids of its messages
+    ``tombstones`` hides and the project root ``roots`` names for its messages (``LiveTranscript.roots``: the
+    root each line stood under; ``store.revisions.ROOTS``): a restore writes all three again. Returns the time
+    the lines carry (``createdAt``): a row the archive creates stores that time, as a rebuild reads it back."""
     now = ctx.now()
     if not items:
         return now
@@ -276,7 +278,7 @@ async def archive(ctx: SessionContext, items: Sequence[Archive],
             deleted = sorted(ids & hidden)
             if deleted:
                 extra["deleted"] = deleted
-            line = revision_line(root, idx, msgs, turns, created_at_ms=now, extra=extra or None)
+            line = revision_line(root, idx, msgs, turns, created_at_ms=now, extra=extra or None, roots=roots)
             entry = entry_of_line(line)
             digest = payload_digest(entry) if entry is not None else ""
             if digest and known[(root, idx)] == digest:
@@ -330,17 +332,21 @@ def dropped_branches(
 def plan_for(live: LiveTranscript, messages: Sequence[Mapping[str, Any]], *,
              shown: set[str] | frozenset[str] = frozenset(),
              restored: Sequence[Mapping[str, Any]] = (),
-             hide: Iterable[str] = ()) -> RewritePlan:
+             hide: Iterable[str] = (),
+             restored_roots: Mapping[str, Root] | None = None) -> RewritePlan:
     """``shown``: messages whose tombstone the rewrite drops (a restored branch's, an import hid);
     ``restored``: a restored branch's checkpoints, written again after the live ones; ``hide``: a
-    restored branch's messages the user had deleted (their tombstones are written again)."""
+    restored branch's messages the user had deleted (their tombstones are written again);
+    ``restored_roots``: the roots a restored branch's messages stood under (its revision line's
+    ``roots``), which the rewrite writes them back under (a message without one: the session's root)."""
     tombstones = {k: v for k, v in live.tombstones.items() if k not in shown} if shown else dict(live.tombstones)
     for mid in hide:
         tombstones[mid] = {"type": "tombstone", "id": f"t-{mid}", "messageId": mid, "deleted": True}
     held = {c.get("id") for c in live.compactions}
     compactions = [*live.compactions, *(c for c in restored if c.get("id") not in held)]
     return plan_rewrite(messages, compactions, tombstones=tombstones, session_info=live.session_info,
-                        decisions=live.decisions, opaque=live.unknown, roots=live.roots, root=live.root)
+                        decisions=live.decisions, opaque=live.unknown,
+                        roots={**live.roots, **restored_roots} if restored_roots else live.roots, root=live.root)
 
 
 async def commit_rewrite(
@@ -353,6 +359,7 @@ async def commit_rewrite(
     turn_overrides: Mapping[str, str] | None = None,
     receipt_extra: Mapping[str, Any] | None = None,
     restored_archives: Sequence[RestoredArchive] = (),
+    restored_roots: Mapping[str, Root] | None = None,
 ) -> Any:
     """Archive → atomic rewrite (receipt in the header) → one reindex transaction.
 
@@ -365,10 +372,12 @@ async def commit_rewrite(
     ``finish(conn, now, None)``: no fault point, nothing kept for after the commit. One more round trip
     for a keyed rewrite, no fsync; unkeyed ones as before.
     """
-    archived_at = await archive(ctx, archives, live.compactions, live.tombstones)
+    archived_at = await archive(ctx, archives, live.compactions, live.tombstones, live.roots)
     dated = [(item, archived_at) for item in archives]
+    restored = {**live.roots, **restored_roots} if restored_roots else live.roots
     for item, comps, deleted in restored_archives:  # lines of a restored branch: its own checkpoints and deletions
-        dated.append((item, await archive(ctx, [item], comps, {mid: {"deleted": True} for mid in deleted})))
+        dated.append((item, await archive(ctx, [item], comps, {mid: {"deleted": True} for mid in deleted},
+                                          restored)))
     path, sid, faults = ctx.paths.transcript, ctx.sid, ctx.faults
     stamps = live_stamps(plan.messages)
     now = ctx.now()
@@ -622,13 +631,14 @@ async def activate(ctx: SessionContext, p: m.ActivateRevisionParams, key: Receip
     new_msgs, shown, descent = switch.new_msgs, switch.shown, switch.descent
     # the whole transcript serialized: this actor's worker thread's work, not the trio loop's (as below)
     plan = await ctx.io(lambda: plan_for(live, new_msgs, shown=shown, restored=descent.compactions,
-                                         hide=descent.deleted))
+                                         hide=descent.deleted, restored_roots=descent.roots))
 
     def finish(conn: Any, now: int, faults: Faults | None) -> Any:
         return {"session": _session(conn, sid), "revisions": revision_rows(conn, sid, family)}
 
     return await commit_rewrite(ctx, live, plan, finish, archives=switch.archives, turn_overrides=descent.turns,
-                                receipt_extra={"rootUserId": family}, restored_archives=descent.archives)
+                                receipt_extra={"rootUserId": family}, restored_archives=descent.archives,
+                                restored_roots=descent.roots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -715,6 +725,8 @@ class Descent:
     compactions: list[dict[str, Any]]
     deleted: set[str]
     archives: list[RestoredArchive] = field(default_factory=list)
+    roots: dict[str, Root] = field(default_factory=dict)
+    """The project root each restored message's line stood under (its branch line's ``roots``)."""
 
 
 def newest_descendants(rf: RevisionFile, family: str, restored: list[dict[str, Any]],
@@ -727,7 +739,7 @@ def newest_descendants(rf: RevisionFile, family: str, restored: list[dict[str, A
     bring it back. Deeper families of the variant taken are followed the same way."""
     out = list(restored)
     descent = Descent(turns=dict(target.turns), compactions=[dict(c) for c in target.compactions],
-                      deleted=set(target.deleted))
+                      deleted=set(target.deleted), roots=dict(target.roots))
     indices: dict[str, set[int]] = {}
     newest_of: dict[str, RevisionEntry] = {}
     for (fam_key, idx), entry in rf.entries.items():  # once: a branch may hold many user messages
@@ -766,6 +778,7 @@ def newest_descendants(rf: RevisionFile, family: str, restored: list[dict[str, A
         descent.compactions = [c for c in descent.compactions if c.get("throughMessageId") not in ids] + [
             dict(c) for c in newest.compactions]
         descent.deleted = (descent.deleted - ids) | set(newest.deleted)
+        descent.roots.update(newest.roots)
         i += 1
     return out, descent
 

@@ -76,7 +76,7 @@ from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadT
 from store.fsutil import fsync_dir, open_nofollow
 from store.indexing import index
 from store.jsonio import dumps_line, loads_line, now_rfc3339
-from store.revisions import PAGER_KEYS, REVISION, REVISION_LIVE, entry_of_line, family_of
+from store.revisions import PAGER_KEYS, REVISION, REVISION_LIVE, ROOTS, entry_of_line, family_of, roots_field, roots_of
 from store.rules import TURN_ENDED
 from store.snapshots import is_secret_key, load_snapshot
 from store.transcripts.records import Root, root_line, root_named, wire_record
@@ -633,6 +633,8 @@ def _archived(rec: Mapping[str, Any], view: SessionView | None = None) -> dict[s
         elif m is first and m.get("role") == "user":
             kept.append(withheld(m))
     out["messages"] = kept
+    if changes := roots_field(kept, roots_of(rec)):  # the root each message stood under (store.revisions.ROOTS)
+        out[ROOTS] = changes
     comps = rec.get("compactions")
     if isinstance(comps, list) and comps:
         out["compactions"] = comps

@@ -95,6 +95,7 @@ from store.review import StagedSnapshots
 from store.revisions import (
     PAGER_KEYS,
     REVISION_LIVE,
+    ROOTS,
     RevisionEntry,
     RevisionFile,
     append_revision_lines,
@@ -1092,6 +1093,8 @@ def _carry_archived(archived: Archived, staged: StagedImport) -> None:
                 extra["compactions"] = comps
             if deleted := branch.get("deleted"):  # its root, tombstoned on the first host (carried content-free)
                 extra["deleted"] = deleted
+            if roots := branch.get(ROOTS):  # the root each message stood under (store.revisions.ROOTS)
+                extra[ROOTS] = roots
             encoded = _branch_line(staged, root, idx, messages, when, extra)
             if encoded is None:
                 continue

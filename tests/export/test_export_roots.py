@@ -157,3 +157,55 @@ async def test_a_reimport_of_the_grown_export_adds_its_new_lines_under_their_own
         async with real_host(d2) as (_p2, c2):
             assert await _artifacts(c2, copy) == want
             assert (await c2.call("session.get", {"sessionId": copy}))["session"]["projectPath"] == str(b)
+
+
+async def _switched_session(c: HostClient, a: Path, b: Path, out: Path) -> str:
+    """x.md written under A, the session moved to B, the reply regenerated from the Write on (the branch with
+    x.md archived), y.md written under B, the session exported to ``out``, then a switch back to the first
+    branch: its lines come back from the revisions file."""
+    sid = str((await c.call("session.create", {"projectPath": str(a), "title": "switched"}))["id"])
+    await say(c, sid, "u1", "write a file")
+    await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w1", "x.md")})
+    await say(c, sid, "a1", "done", "assistant")
+    await c.call("session.update", {"sessionId": sid, "projectPath": str(b)})
+    await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1", "mode": "regenerate"})
+    await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w2", "y.md")})
+    await say(c, sid, "a2", "done again", "assistant")
+    assert await _artifacts(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
+    await c.call("session.export", {"sessionId": sid, "format": "jsonl", "outPath": str(out)})
+    listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+    first = min(r["revisionIndex"] for r in listed if r["rootUserId"] == "u1")
+    await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": first})
+    got = await c.call("session.get", {"sessionId": sid, "full": True})
+    assert [m["id"] for m in got["messages"]] == ["u1", "w1", "a1"]
+    return sid
+
+
+async def test_a_branch_switched_back_keeps_the_folder_its_lines_were_written_in(tmp_path: Path) -> None:
+    """``session.activateRevision`` brings back a branch written under A after the session moved to B: its Write
+    stays ``A/x.md`` (no ``B/x.md``, a file no tool wrote), live, after a restart with the database lost, and on
+    a copy imported from the session's export, where a switch to the other branch brings ``y.md`` back under B
+    (the revisions file's lines keep the root each message stood under: ``store.revisions.ROOTS``)."""
+    a, b = _folder(tmp_path, "project-a"), _folder(tmp_path, "project-b")
+    d1, d2 = _folder(tmp_path, "d1"), _folder(tmp_path, "d2")
+    out = tmp_path / "switched.jsonl"
+    want = [f"{a}/x.md", f"{b}/y.md"]
+    with trio.fail_after(120):
+        async with real_host(d1) as (p1, c1):
+            sid = await _switched_session(c1, a, b, out)
+            assert await _artifacts(c1, sid) == want
+            p1.kill9()
+        _drop_database(d1)
+        async with real_host(d1) as (_p1, c1):
+            rebuilt = await _artifacts(c1, sid)  # (a rebuild lists the live branch's files: y.md's line is archived)
+            assert f"{a}/x.md" in rebuilt and f"{b}/x.md" not in rebuilt
+        async with real_host(d2) as (_p2, c2):
+            copy = await _import(c2, out)  # exported before the switch back: the branch with x.md archived
+            assert await _artifacts(c2, copy) == [f"{b}/y.md"]
+            listed = (await c2.call("session.listRevisions", {"sessionId": copy}))["revisions"]
+            first = min(r["revisionIndex"] for r in listed)
+            await c2.call("session.activateRevision", {"sessionId": copy, "rootUserId": f"{copy}:u1",
+                                                       "revisionIndex": first})
+            got = await c2.call("session.get", {"sessionId": copy, "full": True})
+            assert [m["id"].rsplit(":", 1)[-1] for m in got["messages"]] == ["u1", "w1", "a1"]
+            assert await _artifacts(c2, copy) == want

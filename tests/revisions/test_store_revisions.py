@@ -312,3 +312,26 @@ def test_respell_spells_taken_ids_and_every_reference_to_them() -> None:
     assert [x["id"] for x in got.compactions[0]["retainedTail"]] == ["S:a1"]
     assert msgs[1]["id"] == "a1" and cp["throughMessageId"] == "a1"  # the inputs are not changed
     assert respell("S", set(), msgs, {}, [cp], set()).messages == msgs
+
+
+def test_a_revision_line_keeps_the_root_each_message_stood_under() -> None:
+    """``revisions.ROOTS``: one entry where the root changes; read back per message; a line without it (an
+    older one) has none and digests as it did; an entry naming no message of the branch is skipped."""
+    from store.revisions import ROOTS, entry_of_line, payload_digest, revision_line, roots_field
+    from store.transcripts.records import Root
+
+    msgs = [{"type": "message", "id": i, "role": r, "blocks": []} for i, r in
+            (("u1", "user"), ("w1", "tool"), ("a1", "assistant"), ("w2", "tool"))]
+    roots: dict[str, Root | None] = {"u1": Root("/a"), "w1": Root("/a"), "a1": Root("/b/"), "w2": Root(None)}
+    line = revision_line("u1", 1, msgs, {}, created_at_ms=0, roots=roots)
+    rec = loads_line(line[:-1])
+    assert rec[ROOTS] == [["u1", "/a"], ["a1", "/b/"], ["w2", None]]
+    entry = entry_of_line(line[:-1])
+    assert entry is not None
+    assert dict(entry.roots) == {"u1": Root("/a"), "w1": Root("/a"), "a1": Root("/b"), "w2": Root(None)}
+    older = entry_of_line(revision_line("u1", 1, msgs, {}, created_at_ms=0)[:-1])
+    assert older is not None and not older.roots and payload_digest(older) != payload_digest(entry)
+    assert roots_field(msgs[2:], entry.roots) == [["a1", "/b"], ["w2", None]]  # a branch cut: its own first
+    rec[ROOTS] = [["gone", "/c"], ["w1", "/d"]]
+    moved = entry_of_line(dumps_line(rec)[:-1])
+    assert moved is not None and dict(moved.roots) == {"w1": Root("/d"), "a1": Root("/d"), "w2": Root("/d")}

@@ -61,7 +61,7 @@ from store.interchange.importers.common import (
     to_ms,
 )
 from store.interchange.origin_history import SPAWN_KEYS
-from store.revisions import REVISION, REVISION_LIVE, family_of, stamp_of
+from store.revisions import REVISION, REVISION_LIVE, ROOTS, family_of, roots_field, roots_of, stamp_of
 from store.rules import TURN_ENDED, is_absolute_path, path_problem
 from store.tombstones import TOMBSTONE
 from store.transcripts.records import ROLES, Root, root_line, root_named
@@ -367,6 +367,9 @@ def _revision(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
     out["messages"] = messages
     if deleted:  # the branch's root, tombstoned on the first host: a switch to the branch shows it deleted
         out["deleted"] = sorted(deleted)
+    roots = {join_id(sid, mid): root for mid, root in roots_of(rec).items() if _root_of({"projectPath": root.path})}
+    if changes := roots_field(messages, roots):  # the root each message stood under: a switch writes it back
+        out[ROOTS] = changes
     comps = rec.get("compactions")
     kept = [c for c in (_compaction(r, sid) for r in comps if isinstance(r, Mapping)) if c is not None] \
         if isinstance(comps, list) else []
