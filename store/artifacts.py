@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,8 @@ import orjson
 from store.errors import InvalidCursor
 from store.fsutil import database_folder
 from store.jsonio import Readable, readable, stored_value
-from store.transcripts.records import Root
+from store.revisions import ArchivedLine, parse_revisions
+from store.transcripts.records import Root, rfc3339_to_ms
 
 TOOL_OPS: Mapping[str, str] = {"write": "write", "edit": "edit", "multiedit": "edit", "delete": "delete"}
 OPS = ("write", "edit", "delete")
@@ -152,10 +153,12 @@ def record_effects(
 ) -> int:
     """Upsert artifacts (+ one audit row per tool call). Returns artifacts written.
 
-    ``audit=False`` (index rebuilds) only restores missing artifact rows and
-    never overwrites newer ones. ``written_under``: the root the line stands under in its transcript
-    (``store.transcripts.records.Root``, the rule the live index and a rebuild share); None: the
-    session's root as the index holds it now.
+    ``audit=False`` (index rebuilds, imports) dates a row by the line's ``createdAt`` (``now_ms`` when it has
+    none) and only restores a missing row or moves one the line is not older than: a rebuild from the files
+    lists each path's newest Write/Edit, whatever order it reads the lines in (the live transcript, then
+    archived branches), and never overwrites a newer row. ``written_under``: the root the line stands under
+    in its transcript (``store.transcripts.records.Root``, the rule the live index and a rebuild share);
+    None: the session's root as the index holds it now.
     """
     found = tool_effects(record)
     if not found:
@@ -177,8 +180,11 @@ def record_effects(
                 )
             else:
                 conn.execute(
-                    "INSERT OR IGNORE INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?)",
-                    (session_id, path, op, turn_id, now_ms),
+                    "INSERT INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?) "
+                    "ON CONFLICT(session_id, path) DO UPDATE SET op = excluded.op, "
+                    "turn_id = excluded.turn_id, updated_at = excluded.updated_at "
+                    "WHERE excluded.updated_at >= artifacts.updated_at",
+                    (session_id, path, op, turn_id, rfc3339_to_ms(record.get("createdAt"), now_ms)),
                 )
             written += 1
         if audit:
@@ -189,6 +195,30 @@ def record_effects(
                 (now_ms, session_id, orjson.dumps(payload).decode()),
             )
     return written
+
+
+def record_archived(conn: sqlite3.Connection, session_id: str, lines: Iterable[ArchivedLine], now_ms: int) -> int:
+    """The artifacts of Write/Edit lines that archived branches hold (``store.revisions.RevisionFile.tool_lines``:
+    a regenerate, an edit or a branch switch took them out of the transcript, the live index had listed them
+    when they were written and kept them): restored as a rebuild restores a live line's (no audit rows, each
+    against the root its line stood under, else the session's), so the list answers as the live host did.
+    Returns artifacts written."""
+    scratch = scratch_dir(conn, session_id)
+    written = 0
+    for line in lines:
+        if may_have_effects(line.record):
+            written += record_effects(conn, session_id, line.record, line.turn_id, now_ms, audit=False,
+                                      scratch=scratch, written_under=line.root)
+    return written
+
+
+def record_archived_lines(conn: sqlite3.Connection, session_id: str, lines: Sequence[bytes], now_ms: int) -> int:
+    """:func:`record_archived` for revisions lines a caller is about to append or has just written whole (an
+    import's archived branches, an Assistant Edit child's original tail): the copy lists the files they
+    produced from its first commit, as an index rebuilt from its files does."""
+    if not lines:
+        return 0
+    return record_archived(conn, session_id, parse_revisions(b"".join(lines), tool_lines=True).tool_lines, now_ms)
 
 
 def _audited(sent: str, resolved: str | None, op: str, artifact: bool) -> dict[str, Any]:

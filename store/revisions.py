@@ -190,6 +190,17 @@ class RevisionEntry:
         return (self.root_user_id, self.revision_index)
 
 
+@dataclass(frozen=True)
+class ArchivedLine:
+    """A message line an archived branch holds (``RevisionFile.tool_lines``)."""
+
+    record: dict[str, Any]
+    root: Root | None
+    """The project root its line stood under in the transcript (:data:`ROOTS`; None: none was recorded)."""
+    turn_id: str | None
+    """Its owning turn as the branch recorded it (``turns``), else the line's own ``turnId``."""
+
+
 @dataclass
 class RevisionFile:
     entries: dict[Key, RevisionEntry] = field(default_factory=dict)
@@ -203,6 +214,11 @@ class RevisionFile:
     line_receipts: list[dict[str, Any]] = field(default_factory=list)
     """The receipt records the ``revision_live`` lines carry, oldest first (every line's: a later line of
     the key, a refresh or a regenerate's archive, leaves them standing)."""
+    tool_lines: list[ArchivedLine] = field(default_factory=list)
+    """Every message with a ``tool_call`` block that any full ``revision`` line holds, in file order (not only
+    the newest line of its key: an older line of a key keeps the lines a later refresh no longer has), each
+    with the root and turn its branch recorded (only from ``read_revisions(..., tool_lines=True)``): the
+    Write/Edit results whose artifacts a rebuilt index lists as the live index did (seed 003 §4.10)."""
 
     def family(self, root_user_id: str) -> list[RevisionEntry]:
         return sorted((e for e in self.entries.values() if e.root_user_id == root_user_id),
@@ -265,7 +281,7 @@ def _entry(rec: Mapping[str, Any]) -> RevisionEntry | None:
     return RevisionEntry(root, idx, False, created, kept, turn_map, checkpoints, deleted, roots=roots_of(rec))
 
 
-def parse_revisions(data: bytes, *, records: bool = False) -> RevisionFile:
+def parse_revisions(data: bytes, *, records: bool = False, tool_lines: bool = False) -> RevisionFile:
     """``records``: also keep each key's newest record as the file spells it (``RevisionFile.records``).
     The file itself is read with :func:`read_revisions`, which never holds an over-long line whole."""
     out = RevisionFile()
@@ -275,11 +291,11 @@ def parse_revisions(data: bytes, *, records: bool = False) -> RevisionFile:
         if nl < 0:
             out.torn_tail = pos < len(data)
             return out
-        _take_line(out, data[pos:nl], records)
+        _take_line(out, data[pos:nl], records, tool_lines)
         pos = nl + 1
 
 
-def _take_line(out: RevisionFile, line: bytes, records: bool) -> None:
+def _take_line(out: RevisionFile, line: bytes, records: bool, tool_lines: bool = False) -> None:
     """One line (its newline left off) into ``out``. A line over ``MAX_LINE_BYTES`` is unreadable damage,
     as in a transcript: a bad line, never parsed."""
     if len(line) > MAX_LINE_BYTES:
@@ -306,6 +322,19 @@ def _take_line(out: RevisionFile, line: bytes, records: bool) -> None:
     out.first_seen_ms.setdefault(entry.key, rfc3339_to_ms(entry.created_at, 0))
     if records:
         out.records[entry.key] = rec
+    if tool_lines and not entry.live:
+        out.tool_lines += [ArchivedLine(m, entry.roots.get(m["id"]), _turn_of(entry, m)) for m in entry.messages
+                           if _has_tool_call(m)]
+
+
+def _has_tool_call(record: Mapping[str, Any]) -> bool:
+    blocks = record.get("blocks")
+    return isinstance(blocks, list) and any(isinstance(b, Mapping) and b.get("type") == "tool_call" for b in blocks)
+
+
+def _turn_of(entry: RevisionEntry, record: Mapping[str, Any]) -> str | None:
+    turn = entry.turns.get(record["id"]) or record.get("turnId")
+    return turn if isinstance(turn, str) else None
 
 
 CARRIED_LINE_RECEIPTS = 64
@@ -363,16 +392,17 @@ def archived_deletion_lines(path: str | os.PathLike[str], line_ids: Iterable[str
     return ArchivedDeletion(found, out)
 
 
-def read_revisions(path: str | os.PathLike[str], *, records: bool = False) -> RevisionFile:
+def read_revisions(path: str | os.PathLike[str], *, records: bool = False, tool_lines: bool = False) -> RevisionFile:
     """Read the whole file; a missing file is an empty history. ``records``: also keep each key's newest
-    record as the file spells it (``RevisionFile.records``)."""
-    return _read_file(path, records=records)
+    record as the file spells it (``RevisionFile.records``); ``tool_lines``: every archived line with a tool
+    call (``RevisionFile.tool_lines``)."""
+    return _read_file(path, records=records, tool_lines=tool_lines)
 
 
 _READ_CHUNK = 1 << 20
 
 
-def _read_file(path: str | os.PathLike[str], *, records: bool = False) -> RevisionFile:
+def _read_file(path: str | os.PathLike[str], *, records: bool = False, tool_lines: bool = False) -> RevisionFile:
     """The file line by line in bounded chunks (``bounded_lines``, as the boot scan reads a transcript): a
     line over ``MAX_LINE_BYTES`` is counted bad without being held whole, so a runaway line costs no more
     memory than the limit. A missing file is an empty history."""
@@ -390,7 +420,7 @@ def _read_file(path: str | os.PathLike[str], *, records: bool = False) -> Revisi
             elif not line:
                 out.bad_lines += 1  # over the limit
             else:
-                _take_line(out, line[:-1], records)
+                _take_line(out, line[:-1], records, tool_lines)
     except OSError as exc:
         raise classify_os_error(exc, f"read revisions {os.fspath(path)}") from exc
     finally:
@@ -870,6 +900,7 @@ def restore_rows(
 
 
 __all__ = [
+    "ArchivedLine",
     "ArchivedDeletion",
     "archived_deletion_lines",
     "Branch",

@@ -28,6 +28,7 @@ import trio
 
 from actors.session_context import CarriedAnswer, SessionContext
 from protocol import models as m
+from store import artifacts
 from store.assistant_edit import (
     EDITED_REVISION,
     ORIGINAL_REVISION,
@@ -108,6 +109,8 @@ async def assistant_edit(ctx: SessionContext, p: m.AssistantEditParams, key: Rec
                        now_ms=now, active=False)
             upsert_row(conn, child, edit.root_user_id, EDITED_REVISION, message_count=len(edit.edited_tail),
                        now_ms=now, active=True)
+            # the original tail's files: listed as a rebuild from the child's files lists them (seed 003 §4.10)
+            artifacts.record_archived_lines(conn, child, edit.revision_lines, now)
             faults.point("assistantEdit.index_before_commit")
             value = response(index.public_session(index.require_session(conn, child)), extra)
             assert value is not None  # extra holds every id it needs

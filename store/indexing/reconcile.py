@@ -261,7 +261,7 @@ def plan_reconcile(path: Path, indexed_len: int, file_epoch: str | None) -> Reco
         return ReconcilePlan(kind="tail", file_len=scan.end, epoch=epoch, scan=scan)
     scan = scan_from(path, 0)
     revisions_path = path.with_name(f"{path.name.removesuffix('.jsonl')}{REVISIONS_SUFFIX}")
-    archived = read_revisions(revisions_path) if os.path.lexists(revisions_path) else None
+    archived = read_revisions(revisions_path, tool_lines=True) if os.path.lexists(revisions_path) else None
     revisions = None
     if any(rec.get("method") == "session.activateRevision" for rec in header_receipts(scan.header)):
         revisions = archived if archived is not None else RevisionFile()
@@ -624,6 +624,9 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
     for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
         restore_receipt(conn, session_id, carried, now_ms=now_ms)
     if plan.archived is not None and plan.kind == "full":
+        # the files the archived branches' Write/Edit lines produced: the live index listed them when they were
+        # written and a regenerate, an edit or a switch took nothing from the list (seed 003 §4.10)
+        artifacts.record_archived(conn, session_id, plan.archived.tool_lines, now_ms)
         for carried in plan.archived.line_receipts:  # a keyed saveActiveRevision's, on its reference line
             restore_receipt(conn, session_id, carried, now_ms=now_ms)
         restore_archived_receipts(conn, session_id, plan.archived, [item.record for item in dedupe(scan.messages)],

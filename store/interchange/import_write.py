@@ -62,7 +62,7 @@ from typing import Any
 
 import orjson
 
-from store import attachments, thread_meta, turns
+from store import artifacts, attachments, thread_meta, turns
 from store.attachments import AttachmentFiles
 from store.config.settings_rules import THINKING_LEVELS
 from store.errors import Conflict, InvalidInput, StoreError, classify_os_error
@@ -1551,6 +1551,8 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
                    now_ms=staged.revision_created.get((root, idx), now_ms))
     for root, idx in staged.revision_active:  # the variant the root's pager stamp names (seed 003 §4.9)
         set_active(conn, sid, root, idx)
+    # the files the archived branches' Write/Edit lines produced, listed as a rebuild from the copy's files lists them
+    artifacts.record_archived_lines(conn, sid, staged.revision_lines, now_ms)
     if staged.revision_records:  # an abandoned branch's responses count like the transcript's (one row each)
         record_usage(conn, sid, staged.revision_records)
     for turn in staged.carried_turns:  # the first host's turns, as it stored them (after: they win)

@@ -185,7 +185,9 @@ async def test_a_branch_switched_back_keeps_the_folder_its_lines_were_written_in
     """``session.activateRevision`` brings back a branch written under A after the session moved to B: its Write
     stays ``A/x.md`` (no ``B/x.md``, a file no tool wrote), live, after a restart with the database lost, and on
     a copy imported from the session's export, where a switch to the other branch brings ``y.md`` back under B
-    (the revisions file's lines keep the root each message stood under: ``store.revisions.ROOTS``)."""
+    (the revisions file's lines keep the root each message stood under: ``store.revisions.ROOTS``). An archived
+    branch's file stays listed throughout, as on the first host (seed 003 §4.10: nothing but the session's
+    deletion takes a row away)."""
     a, b = _folder(tmp_path, "project-a"), _folder(tmp_path, "project-b")
     d1, d2 = _folder(tmp_path, "d1"), _folder(tmp_path, "d2")
     out = tmp_path / "switched.jsonl"
@@ -197,15 +199,19 @@ async def test_a_branch_switched_back_keeps_the_folder_its_lines_were_written_in
             p1.kill9()
         _drop_database(d1)
         async with real_host(d1) as (_p1, c1):
-            rebuilt = await _artifacts(c1, sid)  # (a rebuild lists the live branch's files: y.md's line is archived)
-            assert f"{a}/x.md" in rebuilt and f"{b}/x.md" not in rebuilt
-        async with real_host(d2) as (_p2, c2):
+            # y.md's line is archived now: a rebuild lists it from the revisions file, as the live host did
+            assert await _artifacts(c1, sid) == want
+        async with real_host(d2) as (p2, c2):
             copy = await _import(c2, out)  # exported before the switch back: the branch with x.md archived
-            assert await _artifacts(c2, copy) == [f"{b}/y.md"]
+            assert await _artifacts(c2, copy) == want  # as the first host listed them (x.md under A)
             listed = (await c2.call("session.listRevisions", {"sessionId": copy}))["revisions"]
             first = min(r["revisionIndex"] for r in listed)
             await c2.call("session.activateRevision", {"sessionId": copy, "rootUserId": f"{copy}:u1",
                                                        "revisionIndex": first})
             got = await c2.call("session.get", {"sessionId": copy, "full": True})
             assert [m["id"].rsplit(":", 1)[-1] for m in got["messages"]] == ["u1", "w1", "a1"]
+            assert await _artifacts(c2, copy) == want
+            p2.kill9()
+        _drop_database(d2)
+        async with real_host(d2) as (_p2, c2):  # the copy's index rebuilt: y.md from its revisions file
             assert await _artifacts(c2, copy) == want

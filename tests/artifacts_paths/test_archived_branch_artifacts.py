@@ -1,0 +1,103 @@
+"""``artifacts.list`` after the database is lost: a rebuild from the files answers as the live host did (seed 003
+§4.10: one row per file a session produced, upserted when its Write/Edit succeeded; nothing takes it away but
+the session's deletion). Black-box against real ``pi-host serve`` processes.
+
+A Write whose line a regenerate archived (``session.truncateFrom`` mode regenerate: the branch goes to the
+revisions file, ``session.activateRevision`` can bring it back) stays listed on the live host, whose row was made
+when the line was written. Before, an index rebuilt from the files took artifacts from the live transcript only:
+the archived branch's file dropped out of the list until a switch brought its branch back, and a path written
+then edited listed ``write`` (the rebuild kept the first line's op) where the live host listed ``edit``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from runtime.client import HostClient
+from tests.acceptance.outsiderkit import real_host, say
+
+
+def _tool(mid: str, name: str, path: str) -> dict[str, Any]:
+    return {"id": mid, "role": "tool", "toolName": name, "blocks": [
+        {"type": "tool_call", "callId": f"c-{mid}", "name": name, "args": {"path": path}, "status": "ok"}]}
+
+
+async def _listed(c: HostClient, sid: str) -> list[tuple[str, str, str | None]]:
+    """The session's artifacts as listed (newest first): path, op, turn."""
+    got = await c.call("artifacts.list", {"sessionId": sid})
+    return [(a["path"], a["op"], a.get("turnId")) for a in got["artifacts"]]
+
+
+def _drop_database(root: Path) -> None:
+    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+        (root / name).unlink(missing_ok=True)
+
+
+async def _append(c: HostClient, sid: str, message: dict[str, Any], turn: str | None = None) -> None:
+    params: dict[str, Any] = {"sessionId": sid, "message": message}
+    if turn is not None:
+        params["turnId"] = turn
+    await c.call("session.appendMessage", params)
+    await trio.sleep(0.005)  # each line its own millisecond: the list's order is the order they were written
+
+
+async def _regenerated_session(c: HostClient, ws: Path) -> str:
+    """Turn t1 writes then edits x.md and writes z.md; the reply is regenerated from u1's answer on (the
+    branch with those lines archived); turn t2 writes y.md and edits z.md."""
+    sid = str((await c.call("session.create", {"projectPath": str(ws), "title": "archived"}))["id"])
+    await say(c, sid, "u1", "write files")
+    await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+    await _append(c, sid, _tool("w1", "Write", "x.md"), "t1")
+    await _append(c, sid, _tool("e1", "Edit", "x.md"), "t1")
+    await _append(c, sid, _tool("w3", "Write", "z.md"), "t1")
+    await _append(c, sid, {"id": "a1", "role": "assistant", "blocks": [{"type": "text", "text": "done"}]}, "t1")
+    await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+    await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1", "mode": "regenerate"})
+    await c.call("session.startTurn", {"sessionId": sid, "turnId": "t2"})
+    await _append(c, sid, _tool("w2", "Write", "y.md"), "t2")
+    await _append(c, sid, _tool("e3", "Edit", "z.md"), "t2")
+    await _append(c, sid, {"id": "a2", "role": "assistant", "blocks": [{"type": "text", "text": "again"}]}, "t2")
+    await c.call("session.endTurn", {"sessionId": sid, "turnId": "t2", "status": "completed"})
+    return sid
+
+
+async def _switch(c: HostClient, sid: str, to: str) -> None:
+    """``activateRevision`` of u1's oldest (``first``) or newest (``last``) branch."""
+    listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
+    indexes = [r["revisionIndex"] for r in listed if r["rootUserId"] == "u1"]
+    target = min(indexes) if to == "first" else max(indexes)
+    await c.call("session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": target})
+
+
+async def test_an_archived_branchs_files_stay_listed_after_the_database_is_rebuilt(tmp_path: Path) -> None:
+    ws, data = tmp_path / "ws", tmp_path / "data"
+    ws.mkdir()
+    data.mkdir()
+    want = [(f"{ws}/z.md", "edit", "t2"), (f"{ws}/y.md", "write", "t2"), (f"{ws}/x.md", "edit", "t1")]
+    with trio.fail_after(120):
+        async with real_host(data) as (proc, c):
+            sid = await _regenerated_session(c, ws)
+            assert await _listed(c, sid) == want
+            got = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in got["messages"]] == ["u1", "w2", "e3", "a2"]
+            proc.kill9()
+        _drop_database(data)
+        async with real_host(data) as (proc, c):
+            assert await _listed(c, sid) == want  # before: only y.md and z.md (the live branch's lines)
+            await _switch(c, sid, "first")  # the archived branch back: nothing listed changes
+            got = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in got["messages"]] == ["u1", "w1", "e1", "w3", "a1"]
+            assert await _listed(c, sid) == want
+            proc.kill9()
+        _drop_database(data)
+        async with real_host(data) as (proc, c):
+            assert await _listed(c, sid) == want  # y.md's branch is the archived one now
+            await _switch(c, sid, "last")
+            assert await _listed(c, sid) == want
+            proc.kill9()
+        _drop_database(data)
+        async with real_host(data) as (_proc, c):
+            assert await _listed(c, sid) == want
