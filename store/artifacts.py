@@ -151,14 +151,15 @@ def record_effects(
     scratch: str | None = None,
     written_under: Root | None = None,
 ) -> int:
-    """Upsert artifacts (+ one audit row per tool call). Returns artifacts written.
+    """Upsert artifacts (+ one audit row per tool call, unless ``audit=False``: index rebuilds, imports).
+    Returns artifacts written.
 
-    ``audit=False`` (index rebuilds, imports) dates a row by the line's ``createdAt`` (``now_ms`` when it has
-    none) and only restores a missing row or moves one the line is not older than: a rebuild from the files
-    lists each path's newest Write/Edit, whatever order it reads the lines in (the live transcript, then
-    archived branches), and never overwrites a newer row. ``written_under``: the root the line stands under
-    in its transcript (``store.transcripts.records.Root``, the rule the live index and a rebuild share);
-    None: the session's root as the index holds it now.
+    A row is dated by its line's ``createdAt`` (``now_ms`` when it has none), and a line moves a row only when
+    it is not older than the row: a path's row is its newest Write/Edit (the last written of one time), a
+    function of the session's lines, so an index rebuilt from the files lists what the live index listed,
+    whatever order it reads them in (the live transcript, archived branches, a rewritten header's rows).
+    ``written_under``: the root the line stands under in its transcript (``store.transcripts.records.Root``,
+    the rule the live index and a rebuild share); None: the session's root as the index holds it now.
     """
     found = tool_effects(record)
     if not found:
@@ -166,26 +167,19 @@ def record_effects(
     scratch = scratch if scratch is not None else scratch_dir(conn, session_id)
     scratch = os.path.normpath(scratch) if scratch else None
     root = written_under.path if written_under is not None else session_root(conn, session_id)
+    at = rfc3339_to_ms(record.get("createdAt"), now_ms)
     written = 0
     for effect in found:
         resolved = [(p, resolve_path(root, p), op) for p, op in effect.effects]
         kept = [(r, op) for _, r, op in resolved if r is not None and not _inside(r, scratch)]
         for path, op in kept:
-            if audit:
-                conn.execute(
-                    "INSERT INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?) "
-                    "ON CONFLICT(session_id, path) DO UPDATE SET op = excluded.op, "
-                    "turn_id = excluded.turn_id, updated_at = excluded.updated_at",
-                    (session_id, path, op, turn_id, now_ms),
-                )
-            else:
-                conn.execute(
-                    "INSERT INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?) "
-                    "ON CONFLICT(session_id, path) DO UPDATE SET op = excluded.op, "
-                    "turn_id = excluded.turn_id, updated_at = excluded.updated_at "
-                    "WHERE excluded.updated_at >= artifacts.updated_at",
-                    (session_id, path, op, turn_id, rfc3339_to_ms(record.get("createdAt"), now_ms)),
-                )
+            conn.execute(
+                "INSERT INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(session_id, path) DO UPDATE SET op = excluded.op, "
+                "turn_id = excluded.turn_id, updated_at = excluded.updated_at "
+                "WHERE excluded.updated_at >= artifacts.updated_at",
+                (session_id, path, op, turn_id, at),
+            )
             written += 1
         if audit:
             payload = {"tool": effect.tool, "callId": effect.call_id, "messageId": record.get("id"),
@@ -219,6 +213,45 @@ def record_archived_lines(conn: sqlite3.Connection, session_id: str, lines: Sequ
     if not lines:
         return 0
     return record_archived(conn, session_id, parse_revisions(b"".join(lines), tool_lines=True).tool_lines, now_ms)
+
+
+CARRIED_ARTIFACTS = 256
+"""At most this many of a session's artifact rows ride in a rewritten transcript header (the newest
+``updated_at`` first; ~150 bytes each, read with the header on every open): a session that produced more
+files before a cut keeps the older ones listed while its database lives, and a rebuild restores those whose
+line a kept or archived line still holds."""
+
+
+def carried_rows(conn: sqlite3.Connection, session_id: str, limit: int = CARRIED_ARTIFACTS) -> list[dict[str, Any]]:
+    """The session's artifact rows as a rewritten header carries them (``store.transcripts.transcript
+    .HEADER_ARTIFACTS``), newest first: a cut or a replace takes a Write/Edit line out of every file, the live
+    index keeps its row (seed 003 §4.10), and a rebuild from the files restores it from here
+    (:func:`restore_carried`)."""
+    rows = conn.execute("SELECT path, op, turn_id, updated_at FROM artifacts WHERE session_id = ? "
+                        "ORDER BY updated_at DESC, path DESC LIMIT ?", (session_id, limit)).fetchall()
+    return [{"path": path, "op": op, "turnId": turn, "updatedAt": at} for path, op, turn, at in rows]
+
+
+def restore_carried(conn: sqlite3.Connection, session_id: str, entries: Iterable[Mapping[str, Any]]) -> int:
+    """Rows a transcript header carries (:func:`carried_rows`), as they were: a missing one comes back, an older
+    one moves (as a rebuilt line's does, :func:`record_effects`). An entry that is not such a row is skipped.
+    Returns rows written."""
+    written = 0
+    for entry in entries:
+        path, op, turn, at = entry.get("path"), entry.get("op"), entry.get("turnId"), entry.get("updatedAt")
+        if (not isinstance(path, str) or not path or "\x00" in path or op not in OPS
+                or not (turn is None or isinstance(turn, str))
+                or not isinstance(at, int) or isinstance(at, bool) or at < 0):
+            continue
+        conn.execute(
+            "INSERT INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT(session_id, path) DO UPDATE SET op = excluded.op, "
+            "turn_id = excluded.turn_id, updated_at = excluded.updated_at "
+            "WHERE excluded.updated_at >= artifacts.updated_at",
+            (session_id, path, op, turn, at),
+        )
+        written += 1
+    return written
 
 
 def _audited(sent: str, resolved: str | None, op: str, artifact: bool) -> dict[str, Any]:

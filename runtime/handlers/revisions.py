@@ -41,7 +41,7 @@ from typing import Any
 from actors.session_context import CarriedAnswer, Lines, SessionContext
 from protocol import models as m
 from runtime.handlers import turn_aftermath
-from store import collab, receipts
+from store import artifacts, collab, receipts
 from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, NotFound, PermissionDenied
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import remove_file_durable
@@ -399,6 +399,9 @@ async def commit_rewrite(
         receipt = file_record(ctx.receipt, **dict(receipt_extra or {}), response=answer)
     carried = CarriedAnswer(answer)
     made: list[Rewritten] = []
+    # the session's artifact rows: a line the rewrite cuts leaves no file, and its row stays listed (seed 003
+    # §4.10), so the new header carries them for an index rebuilt from the files
+    rows = await ctx.read(artifacts.carried_rows, sid)
 
     def write() -> Rewritten:
         # the old header's receipts ride on: a later rewrite must not leave an earlier one only in SQLite
@@ -408,7 +411,7 @@ async def commit_rewrite(
         made.append(apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, carried=kept,
                                   faults=faults, dropped_offsets=[*live.dropped_offsets, *plan.left_out],
                                   now_ms=now, delivered=carried_delivered(live.delivered, live.messages,
-                                                                          plan.messages)))
+                                                                          plan.messages), artifacts=rows))
         return made[-1]
 
     def reindexed(conn: Any, rewritten: Rewritten) -> None:

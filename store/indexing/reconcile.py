@@ -44,7 +44,13 @@ from store.rules import COLLAB_INPUT_ID_PREFIX
 from store.transcripts.deleted_log import LoggedDelete
 from store.transcripts.records import Root, meta_of, rfc3339_to_ms, root_named
 from store.transcripts.session_files import REVISIONS_SUFFIX, PendingDelete
-from store.transcripts.transcript import IMPORT_RECEIPT, MAX_LINE_BYTES, bounded_lines, header_receipts
+from store.transcripts.transcript import (
+    IMPORT_RECEIPT,
+    MAX_LINE_BYTES,
+    bounded_lines,
+    header_artifacts,
+    header_receipts,
+)
 
 
 @dataclass
@@ -623,6 +629,9 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
                 report["restoredReceipt"] = restored
     for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
         restore_receipt(conn, session_id, carried, now_ms=now_ms)
+    if plan.kind == "full" and scan.header is not None:
+        # the rows the last rewrite's header carries: a cut took their lines out of every file (seed 003 §4.10)
+        artifacts.restore_carried(conn, session_id, header_artifacts(scan.header))
     if plan.archived is not None and plan.kind == "full":
         # the files the archived branches' Write/Edit lines produced: the live index listed them when they were
         # written and a regenerate, an edit or a switch took nothing from the list (seed 003 §4.10)

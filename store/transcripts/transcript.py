@@ -50,6 +50,7 @@ from store.transcripts.records import Root, root_named
 
 __all__ = [
     "DROPPED_MARKER",
+    "HEADER_ARTIFACTS",
     "HEADER_DELIVERED",
     "IMPORT_RECEIPT",
     "MAX_LINE_BYTES",
@@ -64,6 +65,7 @@ __all__ = [
     "TranscriptWriter",
     "bounded_lines",
     "create_transcript",
+    "header_artifacts",
     "header_delivered",
     "header_line",
     "keep_dropped_lines",
@@ -191,10 +193,25 @@ def header_delivered(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return [dict(r) for r in raw if isinstance(r, Mapping) and isinstance(r.get("deliveryId"), str)]
 
 
+HEADER_ARTIFACTS: Final = "artifacts"
+"""The header's list of the session's artifact rows as the index held them when a rewrite wrote the file
+(``store.artifacts.carried_rows``: ``{"path", "op", "turnId", "updatedAt"}`` each, the newest
+``store.artifacts.CARRIED_ARTIFACTS``): a row stays listed after its Write/Edit line left every file (a cut,
+a replace), and an index rebuilt from the files lists it again. Internal: never on the wire."""
+
+
+def header_artifacts(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The header's :data:`HEADER_ARTIFACTS` entries (malformed ones skipped: the caller checks each field)."""
+    raw = header.get(HEADER_ARTIFACTS) if header else None
+    if not isinstance(raw, list):
+        return []
+    return [dict(r) for r in raw if isinstance(r, Mapping)]
+
+
 def header_line(
     session_id: str, created_at_ms: int, *, receipt: Mapping[str, Any] | None = None,
     receipts: Sequence[Mapping[str, Any]] = (), written_at_ms: int | None = None,
-    delivered: Sequence[Mapping[str, Any]] = (),
+    delivered: Sequence[Mapping[str, Any]] = (), artifacts: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[bytes, TranscriptHeader]:
     """A new header line with a fresh epoch, and its parsed form.
 
@@ -205,6 +222,7 @@ def header_line(
     ``written_at_ms``: when a rewrite wrote the file (``writtenAt``): the session's ``updatedAt`` as that
     rewrite's commit sets it, which a reindex after a crash before the commit restores from here.
     ``delivered``: :data:`HEADER_DELIVERED`, carried forward by a rewrite (``store.transcripts.rewrite``).
+    ``artifacts``: :data:`HEADER_ARTIFACTS`, the session's artifact rows when a rewrite wrote the file.
     """
     validate_session_id(session_id)
     created_at = now_rfc3339(created_at_ms)
@@ -224,6 +242,8 @@ def header_line(
         record["writtenAt"] = written_at_ms
     if delivered:
         record[HEADER_DELIVERED] = [dict(r) for r in delivered]
+    if artifacts:
+        record[HEADER_ARTIFACTS] = [dict(r) for r in artifacts]
     line = dumps_line(record)
     return line, TranscriptHeader(session_id, created_at, epoch, SCHEMA, len(line))
 
@@ -346,16 +366,17 @@ def rewrite_transcript(
     faults: Faults = NO_FAULTS,
     written_at_ms: int | None = None,
     delivered: Sequence[Mapping[str, Any]] = (),
+    artifacts: Sequence[Mapping[str, Any]] = (),
 ) -> TranscriptHeader:
     """Atomically replace the whole file: new header (new epoch, ``receipt``, the carried ``receipts``,
-    ``writtenAt``, the carried ``delivered``) + ``body_lines``.
+    ``writtenAt``, the carried ``delivered``, the session's ``artifacts``) + ``body_lines``.
 
     Any open :class:`TranscriptWriter` on the old file must be closed first and
     a new one opened afterwards (appends through the old one are refused).
     """
     _check_lines(body_lines)
     line, header = header_line(session_id, created_at_ms, receipt=receipt, receipts=receipts,
-                               written_at_ms=written_at_ms, delivered=delivered)
+                               written_at_ms=written_at_ms, delivered=delivered, artifacts=artifacts)
     atomic_write(path, b"".join([line, *body_lines]), faults=faults, point_prefix="rewrite")
     return header
 

@@ -6,7 +6,10 @@ A Write whose line a regenerate archived (``session.truncateFrom`` mode regenera
 revisions file, ``session.activateRevision`` can bring it back) stays listed on the live host, whose row was made
 when the line was written. Before, an index rebuilt from the files took artifacts from the live transcript only:
 the archived branch's file dropped out of the list until a switch brought its branch back, and a path written
-then edited listed ``write`` (the rebuild kept the first line's op) where the live host listed ``edit``.
+then edited listed ``write`` (the rebuild kept the first line's op) where the live host listed ``edit``, and
+every rebuilt row was dated with the boot time (the live host had dated it when the line was indexed). A row is
+now dated by its line's ``createdAt`` on both, so the answers compare whole, times included. A line a plain cut
+or a replace took out of every file keeps its row too: the rewritten header carries the session's rows.
 """
 
 from __future__ import annotations
@@ -25,10 +28,14 @@ def _tool(mid: str, name: str, path: str) -> dict[str, Any]:
         {"type": "tool_call", "callId": f"c-{mid}", "name": name, "args": {"path": path}, "status": "ok"}]}
 
 
-async def _listed(c: HostClient, sid: str) -> list[tuple[str, str, str | None]]:
-    """The session's artifacts as listed (newest first): path, op, turn."""
-    got = await c.call("artifacts.list", {"sessionId": sid})
-    return [(a["path"], a["op"], a.get("turnId")) for a in got["artifacts"]]
+async def _listed(c: HostClient, sid: str) -> list[dict[str, Any]]:
+    """The session's artifacts as listed (newest first)."""
+    got: list[dict[str, Any]] = (await c.call("artifacts.list", {"sessionId": sid}))["artifacts"]
+    return got
+
+
+def _shape(listed: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
+    return [(a["path"], a["op"], a.get("turnId")) for a in listed]
 
 
 def _drop_database(root: Path) -> None:
@@ -80,23 +87,57 @@ async def test_an_archived_branchs_files_stay_listed_after_the_database_is_rebui
     with trio.fail_after(120):
         async with real_host(data) as (proc, c):
             sid = await _regenerated_session(c, ws)
-            assert await _listed(c, sid) == want
+            live = await _listed(c, sid)  # the answer every later list gives, times included
+            assert _shape(live) == want
             got = await c.call("session.get", {"sessionId": sid, "full": True})
             assert [m["id"] for m in got["messages"]] == ["u1", "w2", "e3", "a2"]
             proc.kill9()
         _drop_database(data)
         async with real_host(data) as (proc, c):
-            assert await _listed(c, sid) == want  # before: only y.md and z.md (the live branch's lines)
+            assert await _listed(c, sid) == live  # before: only y.md and z.md (the live branch's lines)
             await _switch(c, sid, "first")  # the archived branch back: nothing listed changes
             got = await c.call("session.get", {"sessionId": sid, "full": True})
             assert [m["id"] for m in got["messages"]] == ["u1", "w1", "e1", "w3", "a1"]
-            assert await _listed(c, sid) == want
+            assert await _listed(c, sid) == live
             proc.kill9()
         _drop_database(data)
         async with real_host(data) as (proc, c):
-            assert await _listed(c, sid) == want  # y.md's branch is the archived one now
+            assert await _listed(c, sid) == live  # y.md's branch is the archived one now
             await _switch(c, sid, "last")
-            assert await _listed(c, sid) == want
+            assert await _listed(c, sid) == live
+            proc.kill9()
+        _drop_database(data)
+        async with real_host(data) as (_proc, c):
+            assert await _listed(c, sid) == live
+
+
+async def test_a_file_whose_line_a_cut_or_a_replace_dropped_stays_listed_after_the_database_is_rebuilt(
+        tmp_path: Path) -> None:
+    """A plain ``session.truncateFrom`` (no mode: nothing archived) and a ``session.replaceMessages`` that leaves
+    a Write's line out drop the line from every file; the live host keeps listing the file (its row stays), and
+    so does an index rebuilt after the database is lost: the rewritten header carries the session's rows (the
+    newest ``CARRIED_ARTIFACTS``), with the times the live host gave them."""
+    ws, data = tmp_path / "ws", tmp_path / "data"
+    ws.mkdir()
+    data.mkdir()
+    with trio.fail_after(120):
+        async with real_host(data) as (proc, c):
+            sid = str((await c.call("session.create", {"projectPath": str(ws), "title": "cut"}))["id"])
+            await say(c, sid, "u1", "write x")
+            await _append(c, sid, _tool("w1", "Write", "x.md"))
+            await _append(c, sid, _tool("e1", "Edit", "x.md"))
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1"})
+            await say(c, sid, "u2", "write y")
+            await _append(c, sid, _tool("w2", "Write", "y.md"))
+            await _append(c, sid, _tool("w3", "Write", "z.md"))
+            kept = [m for m in (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+                    if m["id"] != "w2"]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": kept})
+            got = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in got["messages"]] == ["u1", "u2", "w3"]
+            want = await _listed(c, sid)
+            assert [(a["path"], a["op"]) for a in want] == [
+                (f"{ws}/z.md", "write"), (f"{ws}/y.md", "write"), (f"{ws}/x.md", "edit")]
             proc.kill9()
         _drop_database(data)
         async with real_host(data) as (_proc, c):

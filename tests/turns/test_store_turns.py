@@ -16,6 +16,7 @@ from store.fence import prune_notifications, retention
 from store.indexing import index
 from store.indexing.database import open_writer
 from store.snapshots import prepare_snapshot
+from store.transcripts.records import ms_to_rfc3339
 from store.upgrade.schema import apply_schema
 from tests.dbkit import index_leaf
 
@@ -258,6 +259,30 @@ def test_rebuild_restores_missing_artifacts_without_audit_or_overwrite(conn):
     rows = dict((r[0], (r[1], r[2])) for r in conn.execute("SELECT path, op, updated_at FROM artifacts"))
     assert rows == {"/w/a": ("write", NOW), "/w/new": ("edit", NOW + 99)}
     assert conn.execute("SELECT COUNT(*) FROM audit_log").fetchone()[0] == 0
+
+
+def test_a_paths_row_is_its_newest_line_whatever_order_the_lines_come_in(conn):
+    """Dated by the line's createdAt, a row moves only for a line not older than it: a rebuild reading the
+    archived branches after the live transcript lists what the live index listed (the newest op and turn)."""
+    def at(mid, name, ms, turn):
+        rec = tool(mid, name, args={"path": "/w/a"}, turn=turn)
+        return {**rec, "createdAt": ms_to_rfc3339(ms)}
+
+    lines = [at("m1", "Write", NOW, "t1"), at("m2", "Edit", NOW + 5, "t2"), at("m3", "Write", NOW + 9, "t3")]
+    for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):
+        conn.execute("DELETE FROM artifacts")
+        for i in order:
+            artifacts.record_effects(conn, "s1", lines[i], lines[i]["turnId"], NOW + 100, audit=False)
+        assert conn.execute("SELECT op, turn_id, updated_at FROM artifacts").fetchall() == [("write", "t3", NOW + 9)]
+    carried = artifacts.carried_rows(conn, "s1")
+    assert carried == [{"path": "/w/a", "op": "write", "turnId": "t3", "updatedAt": NOW + 9}]
+    conn.execute("DELETE FROM artifacts")
+    bad = [{"path": "/w/b", "op": "rename", "turnId": None, "updatedAt": 1}, {"path": "/w/c", "op": "edit"},
+           {"path": 7, "op": "edit", "updatedAt": 1}]
+    assert artifacts.restore_carried(conn, "s1", [*bad, *carried]) == 1
+    artifacts.record_effects(conn, "s1", lines[1], "t2", NOW, audit=False)  # older: the carried row stays
+    assert conn.execute("SELECT path, op, turn_id, updated_at FROM artifacts").fetchall() == [
+        ("/w/a", "write", "t3", NOW + 9)]
 
 
 def test_list_artifacts_per_session_and_global_with_cursor(conn):
