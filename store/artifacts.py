@@ -217,19 +217,37 @@ def record_archived_lines(conn: sqlite3.Connection, session_id: str, lines: Sequ
 
 CARRIED_ARTIFACTS = 256
 """At most this many of a session's artifact rows ride in a rewritten transcript header (the newest
-``updated_at`` first; ~150 bytes each, read with the header on every open): a session that produced more
-files before a cut keeps the older ones listed while its database lives, and a rebuild restores those whose
-line a kept or archived line still holds."""
+``updated_at`` first), and at most :data:`CARRIED_ARTIFACT_BYTES` of them (a header is read on every open, and
+one over its read limit would hide the transcript): a session that produced more files before a cut keeps the
+older ones listed while its database lives, and a rebuild restores those whose line a kept or archived line
+still holds."""
+CARRIED_ARTIFACT_BYTES = 64 * 1024
+"""The bytes the carried rows may take in a header, counted as :func:`_carried_cost` does; a row whose path
+alone exceeds what is left is skipped, the next ones still considered."""
 
 
-def carried_rows(conn: sqlite3.Connection, session_id: str, limit: int = CARRIED_ARTIFACTS) -> list[dict[str, Any]]:
+def _carried_cost(path: str, turn: str | None) -> int:
+    return len(path.encode("utf-8", "surrogatepass")) + len((turn or "").encode("utf-8", "surrogatepass")) + 64
+
+
+def carried_rows(conn: sqlite3.Connection, session_id: str, limit: int = CARRIED_ARTIFACTS,
+                 budget: int = CARRIED_ARTIFACT_BYTES) -> list[dict[str, Any]]:
     """The session's artifact rows as a rewritten header carries them (``store.transcripts.transcript
-    .HEADER_ARTIFACTS``), newest first: a cut or a replace takes a Write/Edit line out of every file, the live
-    index keeps its row (seed 003 §4.10), and a rebuild from the files restores it from here
-    (:func:`restore_carried`)."""
-    rows = conn.execute("SELECT path, op, turn_id, updated_at FROM artifacts WHERE session_id = ? "
-                        "ORDER BY updated_at DESC, path DESC LIMIT ?", (session_id, limit)).fetchall()
-    return [{"path": path, "op": op, "turnId": turn, "updatedAt": at} for path, op, turn, at in rows]
+    .HEADER_ARTIFACTS``), newest first, within ``limit`` rows and ``budget`` bytes: a cut or a replace takes a
+    Write/Edit line out of every file, the live index keeps its row (seed 003 §4.10), and a rebuild from the
+    files restores it from here (:func:`restore_carried`)."""
+    out: list[dict[str, Any]] = []
+    for path, op, turn, at in conn.execute("SELECT path, op, turn_id, updated_at FROM artifacts "
+                                           "WHERE session_id = ? ORDER BY updated_at DESC, path DESC",
+                                           (session_id,)):
+        if len(out) >= limit or budget < 64:
+            break
+        cost = _carried_cost(path, turn)
+        if cost > budget:
+            continue
+        budget -= cost
+        out.append({"path": path, "op": op, "turnId": turn, "updatedAt": at})
+    return out
 
 
 def restore_carried(conn: sqlite3.Connection, session_id: str, entries: Iterable[Mapping[str, Any]]) -> int:

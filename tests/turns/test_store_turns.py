@@ -276,6 +276,10 @@ def test_a_paths_row_is_its_newest_line_whatever_order_the_lines_come_in(conn):
         assert conn.execute("SELECT op, turn_id, updated_at FROM artifacts").fetchall() == [("write", "t3", NOW + 9)]
     carried = artifacts.carried_rows(conn, "s1")
     assert carried == [{"path": "/w/a", "op": "write", "turnId": "t3", "updatedAt": NOW + 9}]
+    long = "/w/" + "x" * 70_000  # over the header budget alone: left out, the rows after it still carried
+    conn.execute("INSERT INTO artifacts VALUES ('s1', ?, 'write', NULL, ?)", (long, NOW + 50))
+    assert artifacts.carried_rows(conn, "s1") == carried
+    assert len(artifacts.carried_rows(conn, "s1", budget=10**6)) == 2
     conn.execute("DELETE FROM artifacts")
     bad = [{"path": "/w/b", "op": "rename", "turnId": None, "updatedAt": 1}, {"path": "/w/c", "op": "edit"},
            {"path": 7, "op": "edit", "updatedAt": 1}]
