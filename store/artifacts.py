@@ -123,6 +123,11 @@ def session_root(conn: sqlite3.Connection, session_id: str) -> str | None:
     return str(row[0]) if row is not None and row[0] else None
 
 
+def _absolute(path: str) -> bool:
+    """An absolute path as :func:`resolve_path` gives them (``/…`` or ``X:/…``)."""
+    return path.startswith("/") or (len(path) > 2 and path[1] == ":" and path[2] == "/" and path[0].isalpha())
+
+
 def resolve_path(root: str | None, path: str) -> str | None:
     """``path`` absolute and workspace-resolved against ``root`` (None: it names no workspace file)."""
     # imported here: store.workspace imports the index, which imports this module
@@ -134,7 +139,7 @@ def resolve_path(root: str | None, path: str) -> str | None:
         resolved, _inside_root = resolve_under(root, path)
         return resolved
     p = path.replace("\\", "/")
-    if not (p.startswith("/") or (len(p) > 2 and p[1] == ":" and p[2] == "/" and p[0].isalpha())):
+    if not _absolute(p):
         return None
     resolved, _ = resolve_under("/", p)
     return resolved
@@ -257,7 +262,7 @@ def restore_carried(conn: sqlite3.Connection, session_id: str, entries: Iterable
     written = 0
     for entry in entries:
         path, op, turn, at = entry.get("path"), entry.get("op"), entry.get("turnId"), entry.get("updatedAt")
-        if (not isinstance(path, str) or not path or "\x00" in path or op not in OPS
+        if (not isinstance(path, str) or not _absolute(path) or "\x00" in path or op not in OPS
                 or not (turn is None or isinstance(turn, str))
                 or not isinstance(at, int) or isinstance(at, bool) or at < 0):
             continue

@@ -282,7 +282,7 @@ def test_a_paths_row_is_its_newest_line_whatever_order_the_lines_come_in(conn):
     assert len(artifacts.carried_rows(conn, "s1", budget=10**6)) == 2
     conn.execute("DELETE FROM artifacts")
     bad = [{"path": "/w/b", "op": "rename", "turnId": None, "updatedAt": 1}, {"path": "/w/c", "op": "edit"},
-           {"path": 7, "op": "edit", "updatedAt": 1}]
+           {"path": 7, "op": "edit", "updatedAt": 1}, {"path": "w/d", "op": "edit", "turnId": None, "updatedAt": 1}]
     assert artifacts.restore_carried(conn, "s1", [*bad, *carried]) == 1
     artifacts.record_effects(conn, "s1", lines[1], "t2", NOW, audit=False)  # older: the carried row stays
     assert conn.execute("SELECT path, op, turn_id, updated_at FROM artifacts").fetchall() == [
