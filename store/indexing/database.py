@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
@@ -611,6 +611,23 @@ def refuse_early(db_path: Path, *, quarantine_dir: Path, now_ms: int, platform: 
     conn.close()  # not refused after all (the file changed since the look): the boot opens it as ever
 
 
+class ReaderConnection(sqlite3.Connection):
+    """A connection of the reader pool (:func:`open_reader`), with what its reads may keep between them.
+
+    ``spans_memo``: window spans (``index.window_spans`` rows) this connection read, by ``(session id,
+    start, end)``, valid only at the database version ``spans_version`` (``PRAGMA data_version``, which
+    changes with every commit of another connection; a reader commits nothing). ``windows.read_cold``
+    keeps and uses it within one read snapshot, whose version it asks first."""
+
+    spans_version: int | None
+    spans_memo: dict[tuple[str, int, int], list[Any]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spans_version = None
+        self.spans_memo = {}
+
+
 def open_reader(db_path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
     """A read-only connection (``mode=ro`` and ``query_only``) for the reader pool."""
     db_path = Path(db_path)
@@ -621,6 +638,7 @@ def open_reader(db_path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sql
             isolation_level=None,
             check_same_thread=False,
             timeout=busy_timeout_ms / 1000,
+            factory=ReaderConnection,
         )
     except sqlite3.Error as exc:
         raise IOFailure(f"cannot open {db_path} read-only: {exc}") from exc
@@ -645,6 +663,7 @@ __all__ = [
     "DatabaseProbe",
     "MIN_SQLITE_VERSION",
     "OpenReport",
+    "ReaderConnection",
     "apply_pragmas",
     "check_sqlite_support",
     "checkpoint_wal",

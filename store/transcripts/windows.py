@@ -23,6 +23,7 @@ from store.compaction import still_valid
 from store.errors import PayloadTooLarge, StoreError
 from store.indexing import index
 from store.indexing.backlog import CATCH_UP_STEP_BYTES
+from store.indexing.database import ReaderConnection
 from store.indexing.reconcile import ReconcilePlan, clean_plan, open_transcript, plan_catch_up
 from store.jsonio import loads_line
 from store.rules import MAX_REPLY_BYTES
@@ -33,6 +34,7 @@ from store.transcripts.window_reply import encode_window, with_field
 
 __all__ = [
     "MAX_COALESCED_READ",
+    "SPANS_MEMO_WINDOWS",
     "Window",
     "WindowRequest",
     "find_tool_call_line",
@@ -47,6 +49,8 @@ __all__ = [
 ]
 
 MAX_COALESCED_READ = 4 * 1024 * 1024
+SPANS_MEMO_WINDOWS = 8
+"""Windows a pooled reader keeps the spans of (:func:`_spans`): a few pages of a few sessions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +134,8 @@ def window_bounds(total: int, req: WindowRequest, target_pos: int | None) -> tup
 
 def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: WindowRequest,
               session: Mapping[str, Any], *, derived_fresh: bool = False, now_ms: int | None = None,
-              fd: int | None = None, present: index.Present = index.EVERY_KIND) -> Window:
+              fd: int | None = None, present: index.Present = index.EVERY_KIND,
+              memo: ReaderConnection | None = None) -> Window:
     """Target position, bounds, window rows, the compaction chain, and the encoded reply, in one snapshot.
 
     The bytes are read in the same call (not in a second worker-thread hop):
@@ -141,7 +146,8 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     in this same snapshot with its derived fields (``read_cold``), so they are not derived again.
     ``fd``: the transcript, open already (``read_cold``); the caller closes it. ``present``: which of the
     session's optional rows exist in this snapshot (``read_cold`` read them with ``session``); the compaction,
-    eviction and turn statements run only for kinds that have a row.
+    eviction and turn statements run only for kinds that have a row. ``memo``: ``conn``, whose spans memo
+    holds for this snapshot (``read_cold`` asked its version first): the window's rows come from it.
     """
     w = Window(total=total)
     if req.around is not None:
@@ -152,9 +158,9 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     w.start, w.end = window_bounds(total, req, w.target_pos)
     compactions = index.compaction_rows(conn, sid) if present.compactions else []
     if req.max_bytes is None:
-        rows = index.window_spans(conn, sid, w.start, w.end)
+        rows = _spans(conn, memo, sid, w.start, w.end)
     else:
-        rows = fit_budget(conn, sid, w, req, sum(int(c[3]) for c in compactions))
+        rows = fit_budget(conn, sid, w, req, sum(int(c[3]) for c in compactions), memo)
         if rows:
             w.start, w.end = rows[0][0] - 1, rows[-1][0]
     lines = read_spans_coalesced(path, [(c[2], c[3]) for c in compactions], fd=fd) if compactions else []
@@ -210,7 +216,8 @@ def prepare_reads(conn: sqlite3.Connection) -> None:
     attachments.evicted_marks(conn, none, 1, 0)
     _turns_after(conn, none, 0)
     approvals.decisions_for_turns(conn, none, [none], 0)
-    conn.execute("BEGIN")  # read_cold's snapshot
+    conn.execute("BEGIN")  # read_cold's snapshot, dated by the version its spans memo holds for
+    conn.execute("PRAGMA data_version")
     conn.execute("ROLLBACK")
 
 
@@ -228,14 +235,47 @@ _PAGING = ["messageBefore", "messageEnd", "messageLimit", "maxBytes", "contentLi
 _LEN = 2  # index of the line length in a window_spans row
 
 
+def _spans(conn: sqlite3.Connection, memo: ReaderConnection | None, sid: str, start: int,
+           end: int) -> list[Any]:
+    """``index.window_spans``, from ``memo`` (a reader's spans memo, valid in this snapshot) when it holds them.
+
+    A page read again while the index did not change (a client re-opening a session, the newest page read
+    at each focus) costs a dictionary look-up instead of a statement and a row tuple per message: the rows
+    are a function of the database's content, and ``PRAGMA data_version`` tells whether another connection
+    committed since they were read. A new version empties the memo; it holds :data:`SPANS_MEMO_WINDOWS`
+    windows at most (the oldest leaves first)."""
+    if memo is None:
+        return index.window_spans(conn, sid, start, end)
+    key = (sid, start, end)
+    rows = memo.spans_memo.get(key)
+    if rows is None:
+        rows = index.window_spans(conn, sid, start, end)
+        if len(memo.spans_memo) >= SPANS_MEMO_WINDOWS:
+            del memo.spans_memo[next(iter(memo.spans_memo))]
+        memo.spans_memo[key] = rows
+    return list(rows)  # the caller's own list: the memo's is never handed out
+
+
+def _memo_for(conn: sqlite3.Connection) -> ReaderConnection | None:
+    """``conn`` when it is a pooled reader, its spans memo made valid for the snapshot just begun: its
+    ``PRAGMA data_version``, asked first, starts the snapshot and dates it. ``None`` for any other connection."""
+    if not isinstance(conn, ReaderConnection):
+        return None
+    version = conn.execute("PRAGMA data_version").fetchone()[0]
+    if version != conn.spans_version:
+        conn.spans_memo.clear()
+        conn.spans_version = version
+    return conn
+
+
 def fit_budget(conn: sqlite3.Connection, sid: str, w: Window, req: WindowRequest,
-               compaction_bytes: int) -> list[Any]:
+               compaction_bytes: int, memo: ReaderConnection | None = None) -> list[Any]:
     """The rows of ``[w.start, w.end)`` whose lines fit ``req.max_bytes``, decided from the index alone
-    (:func:`fit_rows` over the index's spans)."""
+    (:func:`fit_rows` over the index's spans). ``memo``: as :func:`read_warm`'s."""
 
     def spans(newest_first: bool) -> Iterable[Any]:
         if req.limit is not None:  # at most MAX_WINDOW rows: read them all, then cut
-            return index.window_spans(conn, sid, w.start, w.end)
+            return _spans(conn, memo, sid, w.start, w.end)
         return index.iter_window_spans(conn, sid, w.start, w.end, newest_first=newest_first)
 
     return fit_rows(w, req, compaction_bytes, spans)
@@ -429,6 +469,7 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
     """
     conn.execute("BEGIN")
     try:
+        memo = _memo_for(conn)
         row, present = index.session_row_present(conn, sid, now_ms)
         if row is None:
             return Window()
@@ -445,7 +486,7 @@ def read_cold(conn: sqlite3.Connection, sid: str, path: Path, req: WindowRequest
             if plan.kind != "clean" or plan.file_len != row["_indexedLen"]:
                 return Window(row=row, plan_kind=plan.kind)
             w = read_warm(conn, sid, path, int(row["messageCount"]), req, row, derived_fresh=True, now_ms=now_ms,
-                          fd=fd, present=present)
+                          fd=fd, present=present, memo=memo)
         finally:
             if fd is not None:
                 os.close(fd)
