@@ -34,6 +34,7 @@ from store.transcripts.window_reply import encode_window, with_field
 
 __all__ = [
     "MAX_COALESCED_READ",
+    "SPANS_MEMO_ROWS",
     "SPANS_MEMO_WINDOWS",
     "Window",
     "WindowRequest",
@@ -51,6 +52,8 @@ __all__ = [
 MAX_COALESCED_READ = 4 * 1024 * 1024
 SPANS_MEMO_WINDOWS = 8
 """Windows a pooled reader keeps the spans of (:func:`_spans`): a few pages of a few sessions."""
+SPANS_MEMO_ROWS = 512
+"""Rows of the longest window kept (a page of 50 or 200 is; a whole history is read again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,13 +246,15 @@ def _spans(conn: sqlite3.Connection, memo: ReaderConnection | None, sid: str, st
     at each focus) costs a dictionary look-up instead of a statement and a row tuple per message: the rows
     are a function of the database's content, and ``PRAGMA data_version`` tells whether another connection
     committed since they were read. A new version empties the memo; it holds :data:`SPANS_MEMO_WINDOWS`
-    windows at most (the oldest leaves first)."""
+    windows of at most :data:`SPANS_MEMO_ROWS` rows each (the oldest leaves first): some 600 KB a reader."""
     if memo is None:
         return index.window_spans(conn, sid, start, end)
     key = (sid, start, end)
     rows = memo.spans_memo.get(key)
     if rows is None:
         rows = index.window_spans(conn, sid, start, end)
+        if len(rows) > SPANS_MEMO_ROWS:
+            return rows  # a long window (a whole history): not kept
         if len(memo.spans_memo) >= SPANS_MEMO_WINDOWS:
             del memo.spans_memo[next(iter(memo.spans_memo))]
         memo.spans_memo[key] = rows

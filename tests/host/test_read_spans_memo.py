@@ -80,3 +80,23 @@ async def test_a_commit_after_a_memoized_read_shows_in_the_next_read(
             assert len(seen) > statements
             assert [m["id"] for m in after["messages"] if m.get("deleted")] == ["m2"]
             assert after["totalMessages"] == before["totalMessages"] == 4
+
+
+async def test_a_window_longer_than_the_memo_keeps_is_read_each_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo holds pages, not whole histories: a window over ``SPANS_MEMO_ROWS`` rows (3 here) runs its
+    statement at every read, and answers the same."""
+    monkeypatch.setattr(windows, "SPANS_MEMO_ROWS", 3)
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            for i in range(5):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"text {i}")})
+            await host.services.index_log.barrier()
+            await passivate(host, sid)
+            seen = _count_window_statements(monkeypatch)
+            pages = [await c.call("session.get", {"sessionId": sid, "messageLimit": 4}) for _ in range(3)]
+            assert len(seen) == 3 and pages[0] == pages[1] == pages[2]
+            assert [m["id"] for m in pages[0]["messages"]] == ["m1", "m2", "m3", "m4"]
+            short = [await c.call("session.get", {"sessionId": sid, "messageLimit": 3}) for _ in range(3)]
+            assert len(seen) == 4 and short[0] == short[1] == short[2]
