@@ -899,6 +899,114 @@ def restore_rows(
     return changed
 
 
+# --------------------------------------------------------------------------- the sync mark (issue 26)
+
+
+SYNC_MARK_NS = "pi-host/revisions.synced"
+"""``kv`` namespace of :class:`SyncMark` rows, keyed by session id (a ``/`` no client namespace may hold)."""
+
+_TAIL_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class SyncMark:
+    """What a session's branch rows were last synced against in full (the rows the revisions file names,
+    ``is_active`` from the live stamps, the receipts its lines carry): the transcript of ``epoch`` up to byte
+    ``upto`` (``tail``: the digest of the bytes just before it, :func:`transcript_tail`), the revisions
+    file as ``revisions`` fingerprints it (:func:`revisions_fingerprint`), and the root aliases of those
+    transcript lines (:func:`note_root_aliases`). Written in the transaction of the sync that made it true;
+    while the files are still what it says, a sync reads only the transcript's lines appended since."""
+
+    epoch: str | None
+    upto: int
+    tail: str
+    revisions: str
+    aliases: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return orjson.dumps({"epoch": self.epoch, "upto": self.upto, "tail": self.tail, "revisions": self.revisions,
+                             "aliases": {k: sorted(v) for k, v in sorted(self.aliases.items())}}).decode()
+
+
+def transcript_tail(path: str | os.PathLike[str], upto: int) -> str:
+    """SHA-256 of the transcript's last bytes before ``upto`` (at most 4 KiB; "" past the end or no file):
+    the lines a mark was taken after are still the ones there (a file put back from a backup of the same epoch
+    ends elsewhere, or with other bytes)."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {os.fspath(path)}") from exc
+    try:
+        if os.fstat(fd).st_size < upto:
+            return ""
+        start = max(0, upto - _TAIL_BYTES)
+        return hashlib.sha256(os.pread(fd, upto - start, start)).hexdigest()
+    except OSError as exc:
+        raise classify_os_error(exc, f"read {os.fspath(path)}") from exc
+    finally:
+        os.close(fd)
+
+
+def revisions_fingerprint(path: str | os.PathLike[str], upto: int | None = None) -> str:
+    """``<size>:<sha256>`` of the revisions file's bytes (``0:`` when there is none), or of its first ``upto``
+    bytes ("" when it is shorter): any change to it, a host's append or a hand's edit, changes this."""
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return "0:" if not upto else ""
+    except OSError as exc:
+        raise classify_os_error(exc, f"read revisions {os.fspath(path)}") from exc
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        end = os.fstat(fd).st_size if upto is None else upto
+        while size < end and (chunk := os.pread(fd, min(_READ_CHUNK, end - size), size)):
+            digest.update(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise classify_os_error(exc, f"read revisions {os.fspath(path)}") from exc
+    finally:
+        os.close(fd)
+    if size < end:
+        return ""
+    return f"{size}:{digest.hexdigest()}" if size else "0:"
+
+
+def read_sync_mark(conn: Any, session_id: str) -> SyncMark | None:
+    """The session's :class:`SyncMark` (None: none, or one this build cannot read: sync in full)."""
+    row = conn.execute("SELECT value_json FROM kv WHERE ns = ? AND key = ?", (SYNC_MARK_NS, session_id)).fetchone()
+    if row is None:
+        return None
+    try:
+        raw = orjson.loads(row[0])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    epoch, upto, tail, revisions, aliases = (raw.get(k) for k in ("epoch", "upto", "tail", "revisions", "aliases"))
+    if not (epoch is None or isinstance(epoch, str)) or not isinstance(upto, int) or isinstance(upto, bool) or (
+            upto < 0 or not isinstance(tail, str) or not isinstance(revisions, str) or not isinstance(aliases, dict)):
+        return None
+    kept: dict[str, list[str]] = {}
+    for family, ids in aliases.items():
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            return None
+        kept[family] = list(ids)
+    return SyncMark(epoch, upto, tail, revisions, kept)
+
+
+def write_sync_mark(conn: Any, session_id: str, mark: SyncMark, now_ms: int) -> None:
+    conn.execute("INSERT INTO kv(ns, key, value_json, updated_at) VALUES (?,?,?,?) ON CONFLICT(ns, key) "
+                 "DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
+                 (SYNC_MARK_NS, session_id, mark.to_json(), now_ms))
+
+
+def drop_sync_mark(conn: Any, session_id: str) -> None:
+    conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (SYNC_MARK_NS, session_id))
+
+
 __all__ = [
     "ArchivedLine",
     "ArchivedDeletion",
@@ -913,10 +1021,13 @@ __all__ = [
     "ROOT_MISSING",
     "ROOTS",
     "STALE_REFERENCE",
+    "SYNC_MARK_NS",
     "Stamp",
+    "SyncMark",
     "append_revision_lines",
     "branch_unavailable",
     "entry_of_line",
+    "drop_sync_mark",
     "family_key",
     "family_of",
     "find_root",
@@ -927,6 +1038,7 @@ __all__ = [
     "parse_revisions",
     "payload_digest",
     "read_revisions",
+    "read_sync_mark",
     "resolve",
     "respell",
     "restore_rows",
@@ -934,6 +1046,7 @@ __all__ = [
     "revision_live_line",
     "note_root_aliases",
     "revision_rows",
+    "revisions_fingerprint",
     "root_before",
     "roots_field",
     "roots_of",
@@ -941,7 +1054,9 @@ __all__ = [
     "set_active",
     "stamp_of",
     "sync_active",
+    "transcript_tail",
     "upsert_row",
     "user_line_spans",
     "with_stamp",
+    "write_sync_mark",
 ]

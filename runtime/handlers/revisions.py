@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from actors.session_context import CarriedAnswer, Lines, SessionContext
@@ -53,9 +54,11 @@ from store.receipts import conflict as receipts_conflict
 from store.revisions import (
     RevisionEntry,
     RevisionFile,
+    SyncMark,
     append_revision_lines,
     archived_deletion_lines,
     branch_unavailable,
+    drop_sync_mark,
     entry_of_line,
     family_key,
     family_of,
@@ -67,18 +70,22 @@ from store.revisions import (
     note_root_aliases,
     payload_digest,
     read_revisions,
+    read_sync_mark,
     respell,
     restore_rows,
     revision_line,
     revision_live_line,
     revision_rows,
+    revisions_fingerprint,
     root_before,
     stamp_of,
     stored_as,
     sync_active,
+    transcript_tail,
     upsert_row,
     user_line_spans,
     with_stamp,
+    write_sync_mark,
 )
 from store.tombstones import deleted_ids
 from store.transcripts.records import Root, normalize_message, rfc3339_to_ms, wire_record, with_internal_meta
@@ -105,6 +112,7 @@ SYNCED = "revisions.synced"
 LIVE_REFS = "revisions.liveRefs"
 STORED = "revisions.stored"
 ROOT_ALIASES = "revisions.rootAliases"
+MARK = "revisions.mark"
 
 
 @dataclass
@@ -150,26 +158,156 @@ def resolve_position(live: LiveTranscript, session_id: str, message_id: str) -> 
 async def ensure_synced(ctx: SessionContext, live: LiveTranscript | None = None) -> LiveTranscript | None:
     """Once per actor incarnation: branch rows the index lost come back, ``is_active`` follows the stamps,
     and the receipt rows of keyed saves whose reference line carries them (a crash between the line and
-    the commit left no row: the retry is answered from the line, :func:`save_active`)."""
+    the commit left no row: the retry is answered from the line, :func:`save_active`).
+
+    The session's :class:`SyncMark` says what the rows were last synced against in full. While the files
+    are still what it says (the transcript's epoch and the bytes before the length it covered, the revisions
+    file byte for byte), only the transcript lines appended since are read: each family's live root is looked
+    up through the index (``live_roots``, with the root aliases the mark keeps), not found by reading the
+    session (issue 26: the first branch call of an actor cost O(session)). Anything else (no mark: a lost or
+    rebuilt database; a revisions file edited by hand or put back from a backup; a transcript of another
+    epoch or other bytes; an index that cannot tell) reads both files whole, as before, and marks anew."""
     if ctx.cache.get(SYNCED):
         return live
+    quick = None if live is not None else await ctx.io_with_reader(
+        _quick_sync, ctx.sid, ctx.paths.transcript, ctx.paths.revisions, ctx.epoch, ctx.file_len)
+    sid, now = ctx.sid, ctx.now()
+    if quick is not None:
+        rf, stamps, mark = quick.revisions, quick.stamps, quick.mark
+
+        def quick_op(conn: Any) -> None:
+            restore_rows(conn, sid, rf, (), now)  # (no reference without its count: the plan saw to it)
+            sync_active(conn, sid, stamps)
+            for carried in rf.line_receipts:
+                restore_receipt(conn, sid, carried, now_ms=now)
+            write_sync_mark(conn, sid, mark, now)
+
+        await ctx.db(quick_op, durable=True)
+        _memo(ctx, rf)
+        ctx.cache[MARK] = mark
+        ctx.cache[ROOT_ALIASES] = RootAliases(mark.epoch, mark.upto, {k: set(v) for k, v in mark.aliases.items()})
+        return None
     live = live or await snapshot(ctx)
-    rf = await ctx.io(read_revisions, ctx.paths.revisions)
+    revisions, transcript, file_len = ctx.paths.revisions, ctx.paths.transcript, ctx.file_len
+
+    def files() -> tuple[RevisionFile, str, str]:
+        # fingerprinted before it is read: an edit landing in between leaves a mark that no longer matches
+        fingerprint = revisions_fingerprint(revisions)
+        return read_revisions(revisions), fingerprint, transcript_tail(transcript, file_len)
+
+    rf, fingerprint, tail = await ctx.io(files)
     stamps = live_stamps(live.messages)
-    sid, now, messages = ctx.sid, ctx.now(), live.messages
+    messages = live.messages
+    _aliases_from(ctx, ctx.epoch, file_len, messages)  # the whole transcript is read here already
+    aliases = ctx.cache[ROOT_ALIASES].by_family
+    # a mark only for the file the snapshot read: the length the actor knows, at its epoch
+    full_mark = SyncMark(ctx.epoch, file_len, tail, fingerprint, {k: sorted(v) for k, v in aliases.items()}) if (
+        live.epoch == ctx.epoch and live.valid_length == file_len) else None
 
     def op(conn: Any) -> None:
         restore_rows(conn, sid, rf, messages, now)
         sync_active(conn, sid, stamps)
         for carried in rf.line_receipts:  # a row already there (the usual case) is left alone
             restore_receipt(conn, sid, carried, now_ms=now)
+        if full_mark is not None:
+            write_sync_mark(conn, sid, full_mark, now)
+        else:
+            drop_sync_mark(conn, sid)
 
     await ctx.db(op, durable=True)
+    _memo(ctx, rf)
+    ctx.cache[MARK] = full_mark
+    return live
+
+
+class Remark:
+    """The :class:`SyncMark` a branch write leaves in its own transaction, so the next actor incarnation does
+    not read the whole session for the host's own writes: the files as the write leaves them, provided they
+    were what this incarnation's mark (``revisions.mark``) says before it (the revisions file byte for byte;
+    the transcript's bytes before the length it covered, at its epoch). Otherwise (a file changed behind the
+    host's back since, a write that moved no mark) the transaction drops the mark: the next incarnation syncs
+    in full. A write that fails before its commit leaves the old mark, which its files no longer match."""
+
+    def __init__(self, ctx: SessionContext, aliases: Mapping[str, Iterable[str]]) -> None:
+        old = ctx.cache.get(MARK)
+        self.old: SyncMark | None = old if isinstance(old, SyncMark) else None
+        self.sid, self.epoch, self.file_len = ctx.sid, ctx.epoch, ctx.file_len
+        self.transcript, self.revisions = ctx.paths.transcript, ctx.paths.revisions
+        self.aliases = {family: set(ids) for family, ids in aliases.items()}
+        self.intact = False
+        self.new: SyncMark | None = None
+
+    def before(self) -> None:
+        """Worker thread, before the write touches a file."""
+        old = self.old
+        self.intact = old is not None and old.epoch == self.epoch and old.upto <= self.file_len and (
+            transcript_tail(self.transcript, old.upto) == old.tail
+            and revisions_fingerprint(self.revisions) == old.revisions)
+
+    def after(self, epoch: str | None, upto: int) -> None:
+        """Worker thread, once the write's files are durable: the transcript of ``epoch`` is ``upto`` long."""
+        if self.intact:
+            self.new = SyncMark(epoch, upto, transcript_tail(self.transcript, upto),
+                                revisions_fingerprint(self.revisions),
+                                {family: sorted(ids) for family, ids in self.aliases.items()})
+
+    def write(self, conn: Any, now_ms: int) -> None:
+        """In the write's transaction."""
+        if self.new is not None:
+            write_sync_mark(conn, self.sid, self.new, now_ms)
+        else:
+            drop_sync_mark(conn, self.sid)
+
+    def done(self, ctx: SessionContext) -> None:
+        ctx.cache[MARK] = self.new
+
+
+def _memo(ctx: SessionContext, rf: RevisionFile) -> None:
     ctx.cache[LIVE_REFS] = rf.live_refs()
     ctx.cache[STORED] = rf.stored_digests()
     ctx.cache[SYNCED] = True
-    _aliases_from(ctx, ctx.epoch, ctx.file_len, messages)  # the whole transcript is read here already
-    return live
+
+
+@dataclass(frozen=True)
+class QuickSync:
+    """What :func:`_quick_sync` found: the revisions file, each row family's live stamp, the mark to write."""
+
+    revisions: RevisionFile
+    stamps: dict[str, int | None]
+    mark: SyncMark
+
+
+def _quick_sync(conn: Any, sid: str, transcript: str | os.PathLike[str], revisions: str | os.PathLike[str],
+                epoch: str | None, file_len: int) -> QuickSync | None:
+    """The sync of :func:`ensure_synced` without reading the transcript before the session's mark, or None
+    when the files are not provably what the mark says (or the index cannot tell a family's live root)."""
+    mark = read_sync_mark(conn, sid)
+    if mark is None or mark.epoch != epoch or mark.upto > file_len:
+        return None
+    if transcript_tail(transcript, mark.upto) != mark.tail:
+        return None
+    fingerprint = revisions_fingerprint(revisions)
+    if fingerprint != mark.revisions:
+        return None
+    rf = read_revisions(revisions)
+    if any(entry.live and entry.message_count is None for entry in rf.entries.values()):
+        return None  # a reference written before its count was kept counts the live suffix: read it
+    aliases = {family: set(ids) for family, ids in mark.aliases.items()}
+    end = mark.upto
+    if end < file_len:  # the lines appended since: their root aliases (a new family root, an edit's line)
+        scan = scan_from(Path(transcript), end, stop=file_len)
+        note_root_aliases(aliases, (item.record for item in scan.messages))
+        end = scan.end
+    families = sorted({entry.root_user_id for entry in rf.entries.values()})
+    roots = live_roots(conn, sid, transcript, families, aliases) if families else {}
+    if roots is None:
+        return None  # the index trails the file
+    # live_stamps' rule: a family's stamp is that of the first live user message of that family
+    stamps = {family: stamp_of(root).active for family, root in roots.items()
+              if root is not None and family_of(root) == family}
+    new_mark = SyncMark(epoch, end, transcript_tail(transcript, end), fingerprint,
+                        {family: sorted(ids) for family, ids in aliases.items()})
+    return QuickSync(rf, stamps, new_mark)
 
 
 def _aliases_from(ctx: SessionContext, epoch: str | None, upto: int, records: Iterable[Mapping[str, Any]]) -> None:
@@ -372,6 +510,8 @@ async def commit_rewrite(
     ``finish(conn, now, None)``: no fault point, nothing kept for after the commit. One more round trip
     for a keyed rewrite, no fsync; unkeyed ones as before.
     """
+    remark = Remark(ctx, {})
+    await ctx.io(remark.before)
     archived_at = await archive(ctx, archives, live.compactions, live.tombstones, live.roots)
     dated = [(item, archived_at) for item in archives]
     restored = {**live.roots, **restored_roots} if restored_roots else live.roots
@@ -412,17 +552,21 @@ async def commit_rewrite(
                                   faults=faults, dropped_offsets=[*live.dropped_offsets, *plan.left_out],
                                   now_ms=now, delivered=carried_delivered(live.delivered, live.messages,
                                                                           plan.messages), artifacts=rows))
+        # the new file's lines are these: listRevisions reads none of them to find its families' roots
+        note_root_aliases(remark.aliases, (item.record for item in made[-1].messages))
+        remark.after(made[-1].epoch, made[-1].file_len)
         return made[-1]
 
     def reindexed(conn: Any, rewritten: Rewritten) -> None:
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
         index.touch_session(conn, sid, now)
+        remark.write(conn, now)
 
     result = await ctx.rewrite_file(write, reindexed, lambda conn: carried.give(then(conn)),
                                     fault="rewrite.before_reindex")  # keyed: the answer the header carries
     carried.check(ctx.method)
-    # the new file's lines are these: listRevisions reads none of them to find its families' roots
-    _aliases_from(ctx, made[-1].epoch, made[-1].file_len, (item.record for item in made[-1].messages))
+    remark.done(ctx)
+    ctx.cache[ROOT_ALIASES] = RootAliases(made[-1].epoch, made[-1].file_len, remark.aliases)
     ctx.publish("session.updated", {"session": index.public_session(ctx.row)})
     return result
 
@@ -500,16 +644,22 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
     receipt = None if key is None else file_record(key, response=answer)
     carried = CarriedAnswer(answer)
 
+    remark = Remark(ctx, await _root_aliases(ctx))
+    note_root_aliases(remark.aliases, [stamped_rec])
+
     def op(conn: Any, refs: Any = None) -> Any:
+        remark.write(conn, now)
         return carried.give(made(conn))
 
     # 2. the constant-size reference line, after the stamp line (same worker-thread hop)
-    path, faults = ctx.paths.revisions, ctx.faults
+    path, faults, transcript, epoch = ctx.paths.revisions, ctx.faults, ctx.paths.transcript, ctx.epoch
 
     def reference() -> None:
+        remark.before()  # (the stamp line went after the bytes it looks at)
         # the count rides in the line: a rebuilt row reads back what this one stores
         line = revision_live_line(family, idx, created_at_ms=now, message_count=message_count, receipt=receipt)
         append_revision_lines(path, [line], faults=faults)
+        remark.after(epoch, os.stat(transcript).st_size)  # the stamp line is the transcript's last
 
     if stamp:
         done = await ctx.append_lines(Lines(stamp, records=[stamped_rec]), then=op, touch=False,
@@ -521,6 +671,7 @@ async def save_active(ctx: SessionContext, p: m.SaveActiveRevisionParams, key: R
         _referenced(ctx, (family, idx))
         result = await ctx.commit(op)
     carried.check(ctx.method)
+    remark.done(ctx)
     if stamp:
         ref = {**index.message_ref(sid, pos + 1, stamped_rec, None),
                "createdAt": rfc3339_to_ms(stamped_rec.get("createdAt"), now)}

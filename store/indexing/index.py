@@ -18,6 +18,7 @@ from store.errors import Conflict, CorruptData, LimitExceeded, SessionNotFound
 from store.ids import remapped_message_id
 from store.indexing.sql_lists import in_chunks
 from store.interchange import origin_history
+from store.revisions import SYNC_MARK_NS
 from store.rules import TURN_INDEX_LOST, canonical_project_path
 from store.session_state import with_projection
 from store.transcripts.records import (
@@ -479,6 +480,7 @@ def delete_session_rows(conn: sqlite3.Connection, session_id: str, *, now_ms: in
     """Delete the row (its index rows cascade) and record the id as deleted: a late append to it is
     ``SESSION_NOT_FOUND``, never an orphan to restore (``store/orphans.py``)."""
     cur = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+    conn.execute("DELETE FROM kv WHERE ns = ? AND key = ?", (SYNC_MARK_NS, session_id))  # its branch rows' sync mark
     conn.execute("INSERT INTO known_sessions(id, created_at, deleted_at) VALUES (?, ?, ?) "
                  "ON CONFLICT(id) DO UPDATE SET deleted_at = excluded.deleted_at", (session_id, now_ms, now_ms))
     return cur.rowcount > 0

@@ -52,6 +52,7 @@ from store.indexing.group_commit import is_key_conflict
 from store.indexing.index import PROJECT_IDS_KV, PROJECT_RESERVED_NS, issued_project_id, raise_project_id_floor
 from store.indexing.integrity import TableDamage, table_damage
 from store.queue import KV_NS as QUEUE_KV_NS
+from store.revisions import SYNC_MARK_NS
 from store.upgrade.attachment_adopt import PENDING_KEY as ADOPT_PENDING_KV
 from store.upgrade.migrations import MADE_ANEW_KV
 from store.upgrade.schema import SCHEMA_VERSION
@@ -122,8 +123,9 @@ _SKIPPED_KV: Final[frozenset[tuple[str, str]]] = frozenset({
     ADOPT_PENDING_KV,
     MADE_ANEW_KV,  # the lost index's own unfinished start, not this one's
 })
-# PROJECT_RESERVED_NS: ids the lost database issued, below the rebuild's mark (PROJECT_IDS_KV)
-_SKIPPED_KV_NS: Final[frozenset[str]] = frozenset({PENDING_GC_NS, PROJECT_RESERVED_NS})
+# PROJECT_RESERVED_NS: ids the lost database issued, below the rebuild's mark (PROJECT_IDS_KV); SYNC_MARK_NS:
+# what the lost database's branch rows were synced against (the rebuilt rows have not been: sync in full)
+_SKIPPED_KV_NS: Final[frozenset[str]] = frozenset({PENDING_GC_NS, PROJECT_RESERVED_NS, SYNC_MARK_NS})
 _JSON_COLUMNS_EXTRA: Final[frozenset[str]] = frozenset({"lease_client"})
 # What a blob's file does not hold: filled in where the adopted row lacks it (the first writer's values stay)
 _BLOB_META: Final = ("mime_type", "kind", "trust", "provenance", "source", "run_id", "meta_json")

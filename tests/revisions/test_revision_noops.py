@@ -22,8 +22,9 @@ import store.transcripts.transcript
 from protocol.methods import METHODS
 from runtime.client import HostClient
 from runtime.handlers import revisions as revision_handlers
+from store.revisions import drop_sync_mark
 from tests.acceptance.outsiderkit import code_of, data_dir, real_host, say
-from tests.hostkit import client_for, inprocess_host, msg
+from tests.hostkit import client_for, inprocess_host, msg, passivate
 from tests.revisions.helpers import revisions_path, transcript_path
 
 
@@ -168,3 +169,96 @@ async def test_listing_revisions_reads_the_roots_it_marks_not_the_session(
             # the same answers as every live user message read (the path taken when the index trails the file)
             monkeypatch.setattr(revision_handlers, "live_roots", lambda *args: None, raising=False)
             assert await _rows(c, sid) == looked_up
+
+
+async def test_the_first_branch_call_of_an_actor_reads_only_what_was_appended_since_its_sync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: the first branch call of each session actor incarnation re-synced the branch rows with the
+    files by reading the whole transcript (and the revisions file): O(session) every time an actor started.
+    A sync now marks in the database what it synced against; the next incarnation whose files are still
+    what the mark says reads only the transcript lines appended since (and answers the same). A revisions
+    file changed behind the host's back (edited by hand: here a line copied, and a branch's lines cut, as
+    a restored backup would) is re-synced from both files whole, as before; so is a session whose mark is
+    gone (a lost database has none)."""
+    loads: list[str] = []
+    scans: list[int] = []
+    load_live, scan_from = revision_handlers.load_live, revision_handlers.scan_from
+
+    def counted_load(path: Any, **kw: Any) -> Any:
+        loads.append(str(path))
+        return load_live(path, **kw)
+
+    def counted_scan(path: Any, start: int, stop: int | None = None) -> Any:
+        scans.append(start)
+        return scan_from(path, start, stop)
+
+    monkeypatch.setattr(revision_handlers, "load_live", counted_load)
+    monkeypatch.setattr(revision_handlers, "scan_from", counted_scan)
+    with trio.fail_after(120):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "pager") as c:
+            sid: str = (await _call(c, "session.create", {}))["id"]
+            await say(c, sid, "u1", "question u1")
+            await say(c, sid, "a1", "answer a1", "assistant")
+            await _call(c, "session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            await _call(c, "session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
+            await say(c, sid, "a1b", "answer a1b", "assistant")
+            await _call(c, "session.saveActiveRevision", {"sessionId": sid, "rootUserId": "u1"})
+            expected = [("u1", 1, False, None), ("u1", 2, True, None)]
+            await passivate(host, sid)
+            loads.clear()
+            assert await _rows(c, sid) == expected
+            assert loads == [], "the host's own branch writes moved the mark: the session is not read"
+
+            # a switch (a rewrite: a new epoch) in one incarnation, the rows of the next follow it
+            await _call(c, "session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 1})
+            await passivate(host, sid)
+            loads.clear()
+            assert await _rows(c, sid) == [("u1", 1, True, None), ("u1", 2, False, None)]
+            assert loads == [], loads
+            await _call(c, "session.activateRevision", {"sessionId": sid, "rootUserId": "u1", "revisionIndex": 2})
+            for n in range(30):
+                await say(c, sid, f"t{n}", f"question t{n}", "user" if n % 2 == 0 else "assistant")
+            await passivate(host, sid)
+            loads.clear()
+            scans.clear()
+            assert await _rows(c, sid) == expected
+            assert loads == [] and len(scans) == 1 and scans[0] > 0, (loads, scans)  # the lines appended since
+
+            # the common path: a new incarnation, the files as the mark says, then with lines appended since
+            for appended in (0, 4):
+                await passivate(host, sid)
+                for n in range(appended):
+                    await say(c, sid, f"late{n}", f"late {n}", "user" if n % 2 == 0 else "assistant")
+                if appended:
+                    await passivate(host, sid)
+                loads.clear()
+                scans.clear()
+                assert await _rows(c, sid) == expected
+                assert loads == [], "the whole transcript is not read on the common path"
+                assert all(start > 0 for start in scans), scans
+                assert len(scans) == (1 if appended else 0), scans
+
+            # a revisions file edited by hand while no actor runs: both files read again, the rows as it says
+            path = revisions_path(tmp_path / "data", sid)
+            lines = path.read_bytes().splitlines(keepends=True)
+            await passivate(host, sid)
+            path.write_bytes(b"".join([*lines, lines[-1]]))  # the newest line copied: no row changes
+            loads.clear()
+            assert await _rows(c, sid) == expected
+            assert len(loads) == 1, "a changed revisions file is re-synced from the whole transcript"
+            await passivate(host, sid)
+            path.write_bytes(b"".join(line for line in lines if b'"revisionIndex":2' not in line))
+            loads.clear()
+            assert await _rows(c, sid) == [("u1", 1, False, None)]  # the branch the file no longer names is gone
+            assert len(loads) == 1, loads
+            await passivate(host, sid)
+            loads.clear()
+            assert await _rows(c, sid) == [("u1", 1, False, None)]
+            assert loads == [], "marked again by that sync"
+
+            # the mark gone (as with a lost database): read in full again
+            await passivate(host, sid)
+            await host.services.db.write(lambda conn: drop_sync_mark(conn, sid), durable=True)
+            loads.clear()
+            assert await _rows(c, sid) == [("u1", 1, False, None)]
+            assert len(loads) == 1, loads
