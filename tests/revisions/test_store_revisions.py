@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+from pathlib import Path
 
 import orjson
 import pytest
@@ -13,21 +15,28 @@ from store.faults import Faults, InjectedFault
 from store.indexing.reconcile import dedupe, scan_from
 from store.jsonio import dumps_line, loads_line
 from store.revisions import (
+    SYNC_MARK_NS,
     ArchivedDeletion,
+    SyncMark,
     append_revision_lines,
     archived_deletion_lines,
+    drop_sync_mark,
     entry_of_line,
     find_root,
     live_stamps,
     parse_revisions,
     payload_digest,
     read_revisions,
+    read_sync_mark,
     resolve,
     respell,
     revision_line,
     revision_live_line,
+    revisions_fingerprint,
     rows_from_file,
+    transcript_tail,
     with_stamp,
+    write_sync_mark,
 )
 from store.transcripts.rewrite import apply_rewrite, load_live, plan_rewrite
 from store.transcripts.transcript import create_transcript
@@ -335,3 +344,34 @@ def test_a_revision_line_keeps_the_root_each_message_stood_under() -> None:
     rec[ROOTS] = [["gone", "/c"], ["w1", "/d"]]
     moved = entry_of_line(dumps_line(rec)[:-1])
     assert moved is not None and dict(moved.roots) == {"w1": Root("/d"), "a1": Root("/d"), "w2": Root("/d")}
+
+
+def test_a_sync_mark_reads_back_and_a_damaged_one_reads_as_none(tmp_path: Path) -> None:
+    """Issue 26: the mark of what a session's branch rows were synced against is a ``kv`` row; a value this
+    build cannot read (not JSON, a field of the wrong type) is no mark (the next sync reads in full), never an
+    error; the revisions file's fingerprint changes with any byte and reads a prefix."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE kv (ns TEXT NOT NULL, key TEXT NOT NULL, value_json TEXT NOT NULL, "
+                 "updated_at INTEGER NOT NULL, PRIMARY KEY (ns, key)) WITHOUT ROWID")
+    mark = SyncMark("e1", 120, "ab", "10:cd", {"u1": ["e1", "e0"]})
+    write_sync_mark(conn, "s1", mark, 1)
+    assert read_sync_mark(conn, "s1") == SyncMark("e1", 120, "ab", "10:cd", {"u1": ["e0", "e1"]})
+    assert read_sync_mark(conn, "s2") is None
+    for damaged in ("not json", "[]", '{"epoch":1,"upto":1,"tail":"","revisions":"","aliases":{}}',
+                    '{"epoch":null,"upto":-1,"tail":"","revisions":"","aliases":{}}',
+                    '{"epoch":null,"upto":true,"tail":"","revisions":"","aliases":{}}',
+                    '{"epoch":null,"upto":1,"tail":"","revisions":"","aliases":{"u1":[1]}}'):
+        conn.execute("UPDATE kv SET value_json = ? WHERE ns = ? AND key = ?", (damaged, SYNC_MARK_NS, "s1"))
+        assert read_sync_mark(conn, "s1") is None, damaged
+    drop_sync_mark(conn, "s1")
+    assert conn.execute("SELECT COUNT(*) FROM kv").fetchone()[0] == 0
+
+    path = tmp_path / "s.revisions.jsonl"
+    assert revisions_fingerprint(path) == "0:" and revisions_fingerprint(path, 5) == ""
+    path.write_bytes(b'{"a":1}\n')
+    whole = revisions_fingerprint(path)
+    path.write_bytes(b'{"a":1}\n{"b":2}\n')
+    assert revisions_fingerprint(path, 8) == whole != revisions_fingerprint(path)
+    path.write_bytes(b'{"a":2}\n{"b":2}\n')
+    assert revisions_fingerprint(path, 8) != whole
+    assert transcript_tail(path, 8) != transcript_tail(path, 16) and transcript_tail(path, 17) == ""
