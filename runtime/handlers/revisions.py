@@ -25,10 +25,11 @@ Per-incarnation memo in ``ctx.cache``: ``revisions.synced`` (rows and
 ``(root, index)`` pairs whose newest record is a ``revision_live`` reference)
 and ``revisions.stored`` (the payload digest of each pair whose newest record
 is a full ``revision`` line: an archive whose exact payload the file already
-holds, written by an interrupted try of the same rewrite, is not written again), and
+holds, written by an interrupted try of the same rewrite, is not written again),
 ``revisions.rootAliases`` (:class:`RootAliases`: the ids under which a user message joins a family
 whose key is another id, so ``listRevisions`` looks each family's live root up in the index instead of
-reading every user message).
+reading every user message), and ``revisions.mark`` (the :class:`SyncMark` the database holds for the
+session as this incarnation last wrote it: a branch write moves it in its own transaction, :class:`Remark`).
 """
 
 from __future__ import annotations
