@@ -29,7 +29,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -37,7 +37,7 @@ from store.errors import InvalidCursor
 from store.fsutil import database_folder
 from store.jsonio import Readable, readable, stored_value
 from store.revisions import ArchivedLine, parse_revisions
-from store.transcripts.records import Root, rfc3339_to_ms
+from store.transcripts.records import Root, rfc3339_ms
 
 TOOL_OPS: Mapping[str, str] = {"write": "write", "edit": "edit", "multiedit": "edit", "delete": "delete"}
 OPS = ("write", "edit", "delete")
@@ -145,6 +145,20 @@ def resolve_path(root: str | None, path: str) -> str | None:
     return resolved
 
 
+_UPSERT_NEWEST: Final = (
+    "INSERT INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?) "
+    "ON CONFLICT(session_id, path) DO UPDATE SET op = excluded.op, "
+    "turn_id = excluded.turn_id, updated_at = excluded.updated_at "
+    "WHERE excluded.updated_at >= artifacts.updated_at"
+)
+"""A dated line's row: it moves the path's row when it is not older than it."""
+_INSERT_UNDATED: Final = (
+    "INSERT INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?) "
+    "ON CONFLICT(session_id, path) DO NOTHING"
+)
+"""An undated line's row: made when the path has none, dated when it is recorded; never moves a row."""
+
+
 def record_effects(
     conn: sqlite3.Connection,
     session_id: str,
@@ -159,10 +173,13 @@ def record_effects(
     """Upsert artifacts (+ one audit row per tool call, unless ``audit=False``: index rebuilds, imports).
     Returns artifacts written.
 
-    A row is dated by its line's ``createdAt`` (``now_ms`` when it has none), and a line moves a row only when
-    it is not older than the row: a path's row is its newest Write/Edit (the last written of one time), a
-    function of the session's lines, so an index rebuilt from the files lists what the live index listed,
-    whatever order it reads them in (the live transcript, archived branches, a rewritten header's rows).
+    A row is dated by its line's ``createdAt``, and a line moves a row only when it is not older than the row: a
+    path's row is its newest Write/Edit (the last written of one time), a function of the session's lines, so an
+    index rebuilt from the files lists what the live index listed,
+    whatever order it reads them in (the live transcript, archived branches, a rewritten header's rows). A line
+    with no ``createdAt`` (some imported or older history) is dated ``now_ms``: it moves the row when it is the
+    live tool call's success (``audit``), and otherwise (an index rebuild, a reindex, a migration's) only makes
+    a row the path lacks, which would otherwise be dated at the boot.
     ``written_under``: the root the line stands under in its transcript (``store.transcripts.records.Root``,
     the rule the live index and a rebuild share); None: the session's root as the index holds it now.
     """
@@ -172,19 +189,15 @@ def record_effects(
     scratch = scratch if scratch is not None else scratch_dir(conn, session_id)
     scratch = os.path.normpath(scratch) if scratch else None
     root = written_under.path if written_under is not None else session_root(conn, session_id)
-    at = rfc3339_to_ms(record.get("createdAt"), now_ms)
+    dated = rfc3339_ms(record.get("createdAt"))
+    at = now_ms if dated is None else dated
+    upsert = _UPSERT_NEWEST if dated is not None or audit else _INSERT_UNDATED
     written = 0
     for effect in found:
         resolved = [(p, resolve_path(root, p), op) for p, op in effect.effects]
         kept = [(r, op) for _, r, op in resolved if r is not None and not _inside(r, scratch)]
         for path, op in kept:
-            conn.execute(
-                "INSERT INTO artifacts(session_id, path, op, turn_id, updated_at) VALUES (?,?,?,?,?) "
-                "ON CONFLICT(session_id, path) DO UPDATE SET op = excluded.op, "
-                "turn_id = excluded.turn_id, updated_at = excluded.updated_at "
-                "WHERE excluded.updated_at >= artifacts.updated_at",
-                (session_id, path, op, turn_id, at),
-            )
+            conn.execute(upsert, (session_id, path, op, turn_id, at))
             written += 1
         if audit:
             payload = {"tool": effect.tool, "callId": effect.call_id, "messageId": record.get("id"),

@@ -337,3 +337,19 @@ def test_boot_prunes_audit_by_configured_retention_then_vacuums(tmp_path):
         assert boot.conn.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the freed pages were returned
     finally:
         boot.conn.close()
+
+
+def test_an_undated_line_reindexed_keeps_the_paths_row_and_a_live_one_moves_it(conn):
+    """A rebuild / reindex / migration meeting a Write line with no ``createdAt`` (older or imported history)
+    dated it at the boot and moved the path's row there (a migrated seed's artifact came back dated at its first
+    boot); it now only makes a row the path lacks. The live tool call's success still moves the row."""
+    conn.execute("INSERT INTO artifacts VALUES ('s1', '/w/a', 'write', 't1', ?)", (NOW,))
+    undated = tool("m1", "Edit", args={"path": "/w/a"})
+    assert "createdAt" not in undated
+    artifacts.record_effects(conn, "s1", undated, "t2", NOW + 5_000, audit=False)
+    assert conn.execute("SELECT op, turn_id, updated_at FROM artifacts").fetchall() == [("write", "t1", NOW)]
+    artifacts.record_effects(conn, "s1", tool("m2", "Write", args={"path": "/w/b"}), "t2", NOW + 6_000, audit=False)
+    assert conn.execute("SELECT updated_at FROM artifacts WHERE path = '/w/b'").fetchone() == (NOW + 6_000,)
+    artifacts.record_effects(conn, "s1", undated, "t2", NOW + 7_000)
+    assert conn.execute("SELECT op, turn_id, updated_at FROM artifacts WHERE path = '/w/a'").fetchall() == [
+        ("edit", "t2", NOW + 7_000)]
