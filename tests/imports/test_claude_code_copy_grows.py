@@ -12,32 +12,19 @@ the original's file became a third session, a duplicate of what the first import
 from __future__ import annotations
 
 import json
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 import trio
 
 from runtime.client import open_client
 from store.interchange.importers.common import session_id_for
-from tests.hostkit import HostProcess, run_cli, start_host_process
+from tests.hostkit import HostProcess, run_cli
 from tests.importers.test_claude_code_two_folders import ELSEWHERE, HOME, SESSION, THIRD_TURN, _layout
 
 LONG_PROMPT = "Here is the whole build log, tell me the word again:\n" + "step ok; " * 20_000
 """A prompt pasted in the copy's folder: 180 kB, past what the original holds more than the copy."""
-
-
-@pytest.fixture
-def host(tmp_path: Path) -> Iterator[HostProcess]:
-    proc = start_host_process(tmp_path / "data")
-    try:
-        yield proc
-    finally:
-        proc.proc.send_signal(signal.SIGTERM)
-        proc.proc.communicate(timeout=60)
 
 
 def _goes_on(copy: Path) -> None:

@@ -5,16 +5,12 @@ from __future__ import annotations
 import json
 import os
 import pty
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from store.interchange.importers.common import session_id_for
-from tests.hostkit import REPO, HostProcess, run_cli, start_host_process
+from tests.hostkit import REPO, HostProcess, run_cli
 from tests.importers import gen
 
 CONV = [gen.User("find the cli word pelican"), gen.Response((("thinking", "hidden thoughts"),
@@ -44,16 +40,6 @@ def on_terminal(data: Path, *args: str) -> tuple[int, str]:
     finally:
         os.close(leader)
     return code, b"".join(chunks).decode()
-
-
-@pytest.fixture
-def host(tmp_path: Path) -> Iterator[HostProcess]:
-    proc = start_host_process(tmp_path / "data")
-    try:
-        yield proc
-    finally:
-        proc.proc.send_signal(signal.SIGTERM)
-        proc.proc.communicate(timeout=60)
 
 
 def claude_home(tmp_path: Path, sessions: int = 3) -> Path:
