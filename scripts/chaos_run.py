@@ -87,7 +87,7 @@ from scripts.chaos_fuzz import iter_frames as iter_fuzz_frames
 from scripts.chaos_history import History, outcomes
 from scripts.chaos_observe import ObserveNotes, observe, queue_entry_ids, scan_checkpoints
 from scripts.chaos_powercut import LoopMount
-from scripts.chaos_workload import HostGone, Pending, Worker, WorkloadConfig, make_workers
+from scripts.chaos_workload import HostGone, Pending, Worker, WorkloadConfig, host_stopping, make_workers
 from tests.hostkit import HostProcess, inprocess_host, start_host_process
 
 CRASH_POINTS: tuple[str, ...] = (
@@ -416,6 +416,7 @@ class Runner:
                 host = await self.await_rebuild(host, data_dir, boot_id)
                 for _ in range(3):  # the checker's own reads may meet damage nothing else read: it restarts
                     with trio.move_on_after(self.cfg.check_wait) as bound:
+                        checked_boot = (await self.serving(host))["bootId"]
                         try:
                             leftover = await trio.to_thread.run_sync(scan_checkpoints, data_dir / "sessions")
                             await self.verify(host.url, host.token, data_dir, after_restart=True, leftover=leftover)
@@ -423,6 +424,12 @@ class Runner:
                             break
                         except (ClientClosed, OSError) as exc:
                             self.log(f"  the host went away during the check ({type(exc).__name__}): checking again")
+                        except RpcError as exc:  # a check's read met the damage first: CORRUPT_DATA, a restart
+                            if not host_stopping(exc):
+                                raise
+                            self.log(f"  a check's read met the damage ({exc.data_code}): the host restarts itself")
+                            host = await self.await_rebuild(host, data_dir, checked_boot)
+                            continue
                         except sqlite3.DatabaseError as exc:  # the checker's own read of pi.sqlite met damage
                             self.log(f"  the checker's read met damage ({exc}): the host must meet it too")
                             host = await self.await_rebuild(host, data_dir, (await self.serving(host))["bootId"])
