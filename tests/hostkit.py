@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,16 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
         time.sleep(0.01)
     proc.kill()
     raise RuntimeError("host did not write host.json in time")
+
+
+@contextmanager
+def served(data_dir: Path) -> Iterator[HostProcess]:
+    """``pi-host serve --port 0`` on ``data_dir`` for a block; SIGTERMed and reaped (its pipes drained) after."""
+    proc = start_host_process(data_dir)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
 
 
 def serve_until_exit(data_dir: Path, *extra: str, env: dict[str, str] | None = None,

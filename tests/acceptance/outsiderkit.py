@@ -11,11 +11,12 @@ from typing import Any
 
 import trio
 
+from protocol.methods import METHODS
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
 from tests.hostkit import HostProcess, msg, start_host_process
 
-__all__ = ["all_at_once", "all_pages", "assert_snapshot_refused", "client", "code_of", "data_dir", "error_of",
-           "killed_during", "outcome", "real_host", "say", "shared_host"]
+__all__ = ["all_at_once", "all_pages", "artifact_paths", "assert_snapshot_refused", "client", "code_of", "data_dir",
+           "drop_database", "error_of", "killed_during", "outcome", "real_host", "say", "shared_host", "write_tool"]
 
 
 async def all_pages(c: HostClient, method: str, key: str, params: dict[str, Any] | None = None, *,
@@ -178,3 +179,22 @@ def file_block(blob: dict[str, Any]) -> dict[str, Any]:
     """The attachment block of a message that references the blob :func:`put_file` answered."""
     return {"type": "attachment", "kind": "file", "name": "f.bin", "ref": blob["ref"],
             "mimeType": "application/octet-stream", "size": blob["size"]}
+
+
+def write_tool(mid: str, path: str, name: str = "Write") -> dict[str, Any]:
+    """A finished file tool call (``Write``, ``Edit``...) on ``path``, as a tool message."""
+    return {"id": mid, "role": "tool", "toolName": name, "blocks": [
+        {"type": "tool_call", "callId": f"c-{mid}", "name": name, "args": {"path": path}, "status": "ok"}]}
+
+
+async def artifact_paths(c: HostClient, sid: str) -> list[str]:
+    """The session's listed artifact paths, sorted (the result validated against its model)."""
+    result = await c.call("artifacts.list", {"sessionId": sid})
+    METHODS["artifacts.list"].result_model.model_validate(result)
+    return sorted(a["path"] for a in result["artifacts"])
+
+
+def drop_database(root: Path) -> None:
+    """The database lost: ``pi.sqlite`` and its ``-wal`` / ``-shm`` gone (the host is stopped)."""
+    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
+        (root / name).unlink(missing_ok=True)

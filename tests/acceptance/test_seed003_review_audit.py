@@ -21,7 +21,16 @@ import trio
 
 from protocol.methods import METHODS
 from runtime.client import HostClient
-from tests.acceptance.outsiderkit import code_of, data_dir, error_of, real_host, say
+from tests.acceptance.outsiderkit import (
+    artifact_paths,
+    code_of,
+    data_dir,
+    drop_database,
+    error_of,
+    real_host,
+    say,
+    write_tool,
+)
 
 BEFORE = b"before\n"
 AFTER = b"after the edit\n"
@@ -55,18 +64,7 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _write(mid: str, path: str) -> dict[str, Any]:
-    return {"id": mid, "role": "tool", "toolName": "Write", "blocks": [
-        {"type": "tool_call", "callId": f"c-{mid}", "name": "Write", "args": {"path": path}, "status": "ok"}]}
 
-
-async def _artifacts(c: HostClient, sid: str) -> list[str]:
-    return sorted(a["path"] for a in (await _call(c, "artifacts.list", {"sessionId": sid}))["artifacts"])
-
-
-def _drop_database(root: Path) -> None:
-    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
-        (root / name).unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------- §2.0 sweep and delete
@@ -102,7 +100,7 @@ async def test_boot_sweeps_a_hand_made_orphan_and_never_a_live_sessions_snapshot
             proc.kill9()
         assert sorted(os.listdir(root / "review-changes")) == [keep]
         assert _tree(root / "review-changes" / keep) == kept_files
-        _drop_database(root)
+        drop_database(root)
         async with real_host(root, kind="agent") as (proc, c):
             assert keep in {s["id"] for s in (await c.call("session.list", {}))["sessions"]}
             listed = (await _call(c, "review.list", {"sessionId": keep}))["snapshots"]
@@ -169,25 +167,25 @@ async def test_review_and_artifacts_resolve_the_sessions_root_after_a_workspace_
             sa = (await c.call("session.create", {"title": "A", "projectPath": str(a)}))["id"]
             sb = (await c.call("session.create", {"title": "B", "projectPath": str(b)}))["id"]
             await c.call("workspace.open", {"path": str(a)})
-            await c.call("session.appendMessage", {"sessionId": sa, "message": _write("w1", "out/first.md")})
+            await c.call("session.appendMessage", {"sessionId": sa, "message": write_tool("w1", "out/first.md")})
             await c.call("workspace.open", {"path": str(b)})
             assert (await c.call("workspace.get", {}))["project"]["path"] == str(b)
             rec = await _call(c, "review.record", _record(sa))
             assert rec["review"]["path"] == str(a / "notes.md")
-            await c.call("session.appendMessage", {"sessionId": sa, "message": _write("w2", "./src\\x.py")})
-            await c.call("session.appendMessage", {"sessionId": sb, "message": _write("w3", "out/first.md")})
+            await c.call("session.appendMessage", {"sessionId": sa, "message": write_tool("w2", "./src\\x.py")})
+            await c.call("session.appendMessage", {"sessionId": sb, "message": write_tool("w3", "out/first.md")})
             expected = [f"{a}/out/first.md", f"{a}/src/x.py"]
-            assert await _artifacts(c, sa) == expected
-            assert await _artifacts(c, sb) == [f"{b}/out/first.md"]
+            assert await artifact_paths(c, sa) == expected
+            assert await artifact_paths(c, sb) == [f"{b}/out/first.md"]
             proc.kill9()
         for lost in (False, True):
             if lost:
-                _drop_database(root)
+                drop_database(root)
             async with real_host(root) as (proc, c):
                 if not lost:
                     assert (await c.call("workspace.get", {}))["project"]["path"] == str(b)
-                assert await _artifacts(c, sa) == expected, lost
-                assert await _artifacts(c, sb) == [f"{b}/out/first.md"], lost
+                assert await artifact_paths(c, sa) == expected, lost
+                assert await artifact_paths(c, sb) == [f"{b}/out/first.md"], lost
                 resolved = await c.call("session.resolvePath", {"sessionId": sa, "path": "notes.md"})
                 assert resolved["root"] == str(a) and resolved["path"] == str(a / "notes.md"), lost
                 (a / "notes.md").write_bytes(AFTER)
@@ -257,17 +255,17 @@ async def test_a_rewrite_after_the_session_moved_adds_no_artifact_nobody_wrote(t
         async with real_host(root) as (proc, c):
             sid = (await c.call("session.create", {"projectPath": str(a)}))["id"]
             await say(c, sid, "u1", "write x")
-            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w1", "x.md")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w1", "x.md")})
             await say(c, sid, "a1", "done", "assistant")
             await c.call("session.update", {"sessionId": sid, "projectPath": str(b)})
-            assert await _artifacts(c, sid) == [f"{a}/x.md"]
+            assert await artifact_paths(c, sid) == [f"{a}/x.md"]
             await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a1", "mode": "regenerate"})
-            assert await _artifacts(c, sid) == [f"{a}/x.md"]
-            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w2", "y.md")})
-            assert await _artifacts(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
+            assert await artifact_paths(c, sid) == [f"{a}/x.md"]
+            await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w2", "y.md")})
+            assert await artifact_paths(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
             proc.kill9()
         async with real_host(root) as (proc, c):
-            assert await _artifacts(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
+            assert await artifact_paths(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
 
 
 async def test_a_rebuilt_index_lists_an_artifact_where_the_live_index_listed_it(tmp_path: Path) -> None:
@@ -281,15 +279,15 @@ async def test_a_rebuilt_index_lists_an_artifact_where_the_live_index_listed_it(
     with trio.fail_after(120):
         async with real_host(root) as (proc, c):
             sid = (await c.call("session.create", {"projectPath": str(a)}))["id"]
-            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w1", "x.md")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w1", "x.md")})
             await c.call("session.update", {"sessionId": sid, "projectPath": str(b)})
-            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w2", "y.md")})
-            live = await _artifacts(c, sid)
+            await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w2", "y.md")})
+            live = await artifact_paths(c, sid)
             assert live == [f"{a}/x.md", f"{b}/y.md"]
             proc.kill9()
-        _drop_database(root)
+        drop_database(root)
         async with real_host(root) as (proc, c):
-            assert await _artifacts(c, sid) == live
+            assert await artifact_paths(c, sid) == live
 
 
 async def test_a_rebuilt_index_lists_an_artifact_where_the_live_index_listed_it_after_a_rewrite(
@@ -305,27 +303,27 @@ async def test_a_rebuilt_index_lists_an_artifact_where_the_live_index_listed_it_
         async with real_host(root) as (proc, c):
             sid = (await c.call("session.create", {"projectPath": str(a)}))["id"]
             await say(c, sid, "u1", "write x")
-            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w1", "x.md")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w1", "x.md")})
             await say(c, sid, "a1", "done", "assistant")
             await c.call("session.update", {"sessionId": sid, "projectPath": str(b)})
             await say(c, sid, "u2", "write y")
-            await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w2", "y.md")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w2", "y.md")})
             await say(c, sid, "a2", "done", "assistant")
-            live = await _artifacts(c, sid)
+            live = await artifact_paths(c, sid)
             assert live == [f"{a}/x.md", f"{b}/y.md"]
             await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a2", "mode": "regenerate"})
-            assert await _artifacts(c, sid) == live
+            assert await artifact_paths(c, sid) == live
             proc.kill9()
-        _drop_database(root)
+        drop_database(root)
         async with real_host(root) as (proc, c):
-            assert await _artifacts(c, sid) == live
+            assert await artifact_paths(c, sid) == live
             await say(c, sid, "a3", "again", "assistant")
             await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "a3", "mode": "regenerate"})
-            assert await _artifacts(c, sid) == live
+            assert await artifact_paths(c, sid) == live
             proc.kill9()
-        _drop_database(root)
+        drop_database(root)
         async with real_host(root) as (proc, c):
-            assert await _artifacts(c, sid) == live
+            assert await artifact_paths(c, sid) == live
             got = await _call(c, "session.get", {"sessionId": sid})
             assert [m["id"] for m in got["messages"]] == ["u1", "w1", "a1", "u2", "w2"]
             assert got["session"]["projectPath"] == str(b)  # the session's settings are the newest line's

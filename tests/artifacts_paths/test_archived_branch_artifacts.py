@@ -20,12 +20,7 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient
-from tests.acceptance.outsiderkit import real_host, say
-
-
-def _tool(mid: str, name: str, path: str) -> dict[str, Any]:
-    return {"id": mid, "role": "tool", "toolName": name, "blocks": [
-        {"type": "tool_call", "callId": f"c-{mid}", "name": name, "args": {"path": path}, "status": "ok"}]}
+from tests.acceptance.outsiderkit import drop_database, real_host, say, write_tool
 
 
 async def _listed(c: HostClient, sid: str) -> list[dict[str, Any]]:
@@ -37,10 +32,6 @@ async def _listed(c: HostClient, sid: str) -> list[dict[str, Any]]:
 def _shape(listed: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
     return [(a["path"], a["op"], a.get("turnId")) for a in listed]
 
-
-def _drop_database(root: Path) -> None:
-    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
-        (root / name).unlink(missing_ok=True)
 
 
 async def _append(c: HostClient, sid: str, message: dict[str, Any], turn: str | None = None) -> None:
@@ -57,15 +48,15 @@ async def _regenerated_session(c: HostClient, ws: Path) -> str:
     sid = str((await c.call("session.create", {"projectPath": str(ws), "title": "archived"}))["id"])
     await say(c, sid, "u1", "write files")
     await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
-    await _append(c, sid, _tool("w1", "Write", "x.md"), "t1")
-    await _append(c, sid, _tool("e1", "Edit", "x.md"), "t1")
-    await _append(c, sid, _tool("w3", "Write", "z.md"), "t1")
+    await _append(c, sid, write_tool("w1", "x.md"), "t1")
+    await _append(c, sid, write_tool("e1", "x.md", "Edit"), "t1")
+    await _append(c, sid, write_tool("w3", "z.md"), "t1")
     await _append(c, sid, {"id": "a1", "role": "assistant", "blocks": [{"type": "text", "text": "done"}]}, "t1")
     await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
     await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1", "mode": "regenerate"})
     await c.call("session.startTurn", {"sessionId": sid, "turnId": "t2"})
-    await _append(c, sid, _tool("w2", "Write", "y.md"), "t2")
-    await _append(c, sid, _tool("e3", "Edit", "z.md"), "t2")
+    await _append(c, sid, write_tool("w2", "y.md"), "t2")
+    await _append(c, sid, write_tool("e3", "z.md", "Edit"), "t2")
     await _append(c, sid, {"id": "a2", "role": "assistant", "blocks": [{"type": "text", "text": "again"}]}, "t2")
     await c.call("session.endTurn", {"sessionId": sid, "turnId": "t2", "status": "completed"})
     return sid
@@ -92,7 +83,7 @@ async def test_an_archived_branchs_files_stay_listed_after_the_database_is_rebui
             got = await c.call("session.get", {"sessionId": sid, "full": True})
             assert [m["id"] for m in got["messages"]] == ["u1", "w2", "e3", "a2"]
             proc.kill9()
-        _drop_database(data)
+        drop_database(data)
         async with real_host(data) as (proc, c):
             assert await _listed(c, sid) == live  # before: only y.md and z.md (the live branch's lines)
             await _switch(c, sid, "first")  # the archived branch back: nothing listed changes
@@ -100,13 +91,13 @@ async def test_an_archived_branchs_files_stay_listed_after_the_database_is_rebui
             assert [m["id"] for m in got["messages"]] == ["u1", "w1", "e1", "w3", "a1"]
             assert await _listed(c, sid) == live
             proc.kill9()
-        _drop_database(data)
+        drop_database(data)
         async with real_host(data) as (proc, c):
             assert await _listed(c, sid) == live  # y.md's branch is the archived one now
             await _switch(c, sid, "last")
             assert await _listed(c, sid) == live
             proc.kill9()
-        _drop_database(data)
+        drop_database(data)
         async with real_host(data) as (_proc, c):
             assert await _listed(c, sid) == live
 
@@ -124,12 +115,12 @@ async def test_a_file_whose_line_a_cut_or_a_replace_dropped_stays_listed_after_t
         async with real_host(data) as (proc, c):
             sid = str((await c.call("session.create", {"projectPath": str(ws), "title": "cut"}))["id"])
             await say(c, sid, "u1", "write x")
-            await _append(c, sid, _tool("w1", "Write", "x.md"))
-            await _append(c, sid, _tool("e1", "Edit", "x.md"))
+            await _append(c, sid, write_tool("w1", "x.md"))
+            await _append(c, sid, write_tool("e1", "x.md", "Edit"))
             await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1"})
             await say(c, sid, "u2", "write y")
-            await _append(c, sid, _tool("w2", "Write", "y.md"))
-            await _append(c, sid, _tool("w3", "Write", "z.md"))
+            await _append(c, sid, write_tool("w2", "y.md"))
+            await _append(c, sid, write_tool("w3", "z.md"))
             kept = [m for m in (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
                     if m["id"] != "w2"]
             await c.call("session.replaceMessages", {"sessionId": sid, "messages": kept})
@@ -139,6 +130,6 @@ async def test_a_file_whose_line_a_cut_or_a_replace_dropped_stays_listed_after_t
             assert [(a["path"], a["op"]) for a in want] == [
                 (f"{ws}/z.md", "write"), (f"{ws}/y.md", "write"), (f"{ws}/x.md", "edit")]
             proc.kill9()
-        _drop_database(data)
+        drop_database(data)
         async with real_host(data) as (_proc, c):
             assert await _listed(c, sid) == want

@@ -7,14 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostkit import HostProcess, start_host_process
+from tests.hostkit import HostProcess, served
 
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[HostProcess]:
     """``pi-host serve --port 0`` on ``tmp_path / "data"``; SIGTERMed and reaped (its pipes drained) after."""
-    proc = start_host_process(tmp_path / "data")
-    try:
+    with served(tmp_path / "data") as proc:
         yield proc
-    finally:
-        proc.terminate()

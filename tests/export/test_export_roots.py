@@ -14,17 +14,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from runtime.client import HostClient
-from tests.acceptance.outsiderkit import real_host, say
-
-
-def _write(mid: str, path: str) -> dict[str, Any]:
-    return {"id": mid, "role": "tool", "toolName": "Write", "blocks": [
-        {"type": "tool_call", "callId": f"c-{mid}", "name": "Write", "args": {"path": path}, "status": "ok"}]}
+from tests.acceptance.outsiderkit import artifact_paths, drop_database, real_host, say, write_tool
 
 
 def _folder(tmp_path: Path, name: str) -> Path:
@@ -33,24 +27,17 @@ def _folder(tmp_path: Path, name: str) -> Path:
     return root
 
 
-async def _artifacts(c: HostClient, sid: str) -> list[str]:
-    return sorted(a["path"] for a in (await c.call("artifacts.list", {"sessionId": sid}))["artifacts"])
-
-
-def _drop_database(root: Path) -> None:
-    for name in ("pi.sqlite", "pi.sqlite-wal", "pi.sqlite-shm"):
-        (root / name).unlink(missing_ok=True)
 
 
 async def _moved_session(c: HostClient, a: Path, b: Path) -> str:
     """x.md written under A, the session moved to B, y.md written under B."""
     sid = str((await c.call("session.create", {"projectPath": str(a), "title": "moved"}))["id"])
     await say(c, sid, "u1", "write x")
-    await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w1", "x.md")})
+    await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w1", "x.md")})
     await say(c, sid, "a1", "done", "assistant")
     await c.call("session.update", {"sessionId": sid, "projectPath": str(b)})
     await say(c, sid, "u2", "write y")
-    await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w2", "y.md")})
+    await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w2", "y.md")})
     await say(c, sid, "a2", "done", "assistant")
     return sid
 
@@ -70,23 +57,23 @@ async def test_an_imported_copy_lists_each_artifact_under_the_folder_it_was_writ
         async with real_host(d1) as (_p1, c1):
             sid = await _moved_session(c1, a, b)
             want = [f"{a}/x.md", f"{b}/y.md"]
-            assert await _artifacts(c1, sid) == want
+            assert await artifact_paths(c1, sid) == want
             await c1.call("session.export", {"sessionId": sid, "format": "jsonl", "outPath": str(out)})
             same = await _import(c1, out)  # into the host it came from: a new copy beside the session
-            assert await _artifacts(c1, same) == want
+            assert await artifact_paths(c1, same) == want
             got = await c1.call("session.get", {"sessionId": same, "full": True})
             assert got["session"]["projectPath"] == str(b)
             assert [m["id"].rsplit(":", 1)[-1] for m in got["messages"]] == ["u1", "w1", "a1", "u2", "w2", "a2"]
         async with real_host(d2) as (p2, c2):
             copy = await _import(c2, out)  # a fresh data directory
-            assert await _artifacts(c2, copy) == want
+            assert await artifact_paths(c2, copy) == want
             got = await c2.call("session.get", {"sessionId": copy, "full": True})
             assert got["session"]["projectPath"] == str(b)
             assert got["totalMessages"] == 6
             p2.kill9()
-        _drop_database(d2)
+        drop_database(d2)
         async with real_host(d2) as (_p2, c2):  # the copy's index rebuilt from its transcript
-            assert await _artifacts(c2, copy) == want
+            assert await artifact_paths(c2, copy) == want
             assert (await c2.call("session.get", {"sessionId": copy}))["session"]["projectPath"] == str(b)
 
 
@@ -103,7 +90,7 @@ async def test_a_copy_of_a_copy_keeps_the_roots(tmp_path: Path) -> None:
             second = tmp_path / "second.jsonl"
             await c2.call("session.export", {"sessionId": copy, "format": "jsonl", "outPath": str(second)})
             again = await _import(c1, second)
-            assert await _artifacts(c1, again) == [f"{a}/x.md", f"{b}/y.md"]
+            assert await artifact_paths(c1, again) == [f"{a}/x.md", f"{b}/y.md"]
 
 
 async def test_an_older_export_without_root_lines_imports_as_before(tmp_path: Path) -> None:
@@ -123,7 +110,7 @@ async def test_an_older_export_without_root_lines_imports_as_before(tmp_path: Pa
         older.write_text("".join(line for i, line in enumerate(lines) if i not in infos[1:]))
         async with real_host(d2) as (_p2, c2):
             copy = await _import(c2, older)
-            assert await _artifacts(c2, copy) == [f"{b}/x.md", f"{b}/y.md"]
+            assert await artifact_paths(c2, copy) == [f"{b}/x.md", f"{b}/y.md"]
             assert (await c2.call("session.get", {"sessionId": copy}))["session"]["projectPath"] == str(b)
 
 
@@ -144,18 +131,18 @@ async def test_a_reimport_of_the_grown_export_adds_its_new_lines_under_their_own
             copy = await _import(c2, first / "s.jsonl")
             await c1.call("session.update", {"sessionId": sid, "projectPath": str(c)})
             await say(c1, sid, "u3", "write z")
-            await c1.call("session.appendMessage", {"sessionId": sid, "message": _write("w3", "z.md")})
-            assert await _artifacts(c1, sid) == want
+            await c1.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w3", "z.md")})
+            assert await artifact_paths(c1, sid) == want
             await c1.call("session.export", {"sessionId": sid, "format": "jsonl", "outPath": str(later / "s.jsonl")})
             report = await c2.call("import.sessions", {"source": "pi-host", "root": str(later / "s.jsonl")})
             [session] = report["sessions"]
             assert (session["status"], session["sessionId"], session["newMessages"]) == ("updated", copy, 2)
-            assert await _artifacts(c2, copy) == want
+            assert await artifact_paths(c2, copy) == want
             assert (await c2.call("session.get", {"sessionId": copy}))["session"]["projectPath"] == str(b)
             p2.kill9()
-        _drop_database(d2)
+        drop_database(d2)
         async with real_host(d2) as (_p2, c2):
-            assert await _artifacts(c2, copy) == want
+            assert await artifact_paths(c2, copy) == want
             assert (await c2.call("session.get", {"sessionId": copy}))["session"]["projectPath"] == str(b)
 
 
@@ -165,13 +152,13 @@ async def _switched_session(c: HostClient, a: Path, b: Path, out: Path) -> str:
     branch: its lines come back from the revisions file."""
     sid = str((await c.call("session.create", {"projectPath": str(a), "title": "switched"}))["id"])
     await say(c, sid, "u1", "write a file")
-    await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w1", "x.md")})
+    await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w1", "x.md")})
     await say(c, sid, "a1", "done", "assistant")
     await c.call("session.update", {"sessionId": sid, "projectPath": str(b)})
     await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1", "mode": "regenerate"})
-    await c.call("session.appendMessage", {"sessionId": sid, "message": _write("w2", "y.md")})
+    await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w2", "y.md")})
     await say(c, sid, "a2", "done again", "assistant")
-    assert await _artifacts(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
+    assert await artifact_paths(c, sid) == [f"{a}/x.md", f"{b}/y.md"]
     await c.call("session.export", {"sessionId": sid, "format": "jsonl", "outPath": str(out)})
     listed = (await c.call("session.listRevisions", {"sessionId": sid}))["revisions"]
     first = min(r["revisionIndex"] for r in listed if r["rootUserId"] == "u1")
@@ -195,23 +182,23 @@ async def test_a_branch_switched_back_keeps_the_folder_its_lines_were_written_in
     with trio.fail_after(120):
         async with real_host(d1) as (p1, c1):
             sid = await _switched_session(c1, a, b, out)
-            assert await _artifacts(c1, sid) == want
+            assert await artifact_paths(c1, sid) == want
             p1.kill9()
-        _drop_database(d1)
+        drop_database(d1)
         async with real_host(d1) as (_p1, c1):
             # y.md's line is archived now: a rebuild lists it from the revisions file, as the live host did
-            assert await _artifacts(c1, sid) == want
+            assert await artifact_paths(c1, sid) == want
         async with real_host(d2) as (p2, c2):
             copy = await _import(c2, out)  # exported before the switch back: the branch with x.md archived
-            assert await _artifacts(c2, copy) == want  # as the first host listed them (x.md under A)
+            assert await artifact_paths(c2, copy) == want  # as the first host listed them (x.md under A)
             listed = (await c2.call("session.listRevisions", {"sessionId": copy}))["revisions"]
             first = min(r["revisionIndex"] for r in listed)
             await c2.call("session.activateRevision", {"sessionId": copy, "rootUserId": f"{copy}:u1",
                                                        "revisionIndex": first})
             got = await c2.call("session.get", {"sessionId": copy, "full": True})
             assert [m["id"].rsplit(":", 1)[-1] for m in got["messages"]] == ["u1", "w1", "a1"]
-            assert await _artifacts(c2, copy) == want
+            assert await artifact_paths(c2, copy) == want
             p2.kill9()
-        _drop_database(d2)
+        drop_database(d2)
         async with real_host(d2) as (_p2, c2):  # the copy's index rebuilt: y.md from its revisions file
-            assert await _artifacts(c2, copy) == want
+            assert await artifact_paths(c2, copy) == want

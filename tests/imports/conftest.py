@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.hostkit import HostProcess, start_host_process
+from tests.hostkit import HostProcess, served
 
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[HostProcess]:
     """``pi-host serve --port 0`` on ``tmp_path / "data"``; stopped with SIGTERM and reaped after."""
-    proc = start_host_process(tmp_path / "data")
-    try:
+    with served(tmp_path / "data") as proc:
         yield proc
-    finally:
-        proc.proc.send_signal(signal.SIGTERM)
-        proc.proc.communicate(timeout=60)
