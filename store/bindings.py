@@ -4,10 +4,12 @@ Recovery (a sidecar resuming or re-running a turn from its stored
 ``RunEnvironmentSnapshot``) must run against the same world the snapshot
 froze. :func:`drift` compares the snapshot's *bindings* with the current state:
 
-* ``connection`` against the provider row it names (``providers``):
-  ``providerId``, ``baseUrl``, ``type``, ``protocol``, ``apiStyle``,
-  ``credentialRef`` (the provider's ``secret_ref``) — only the keys the
-  snapshot holds; a provider that is gone is drift;
+* ``connection`` against the provider row it names (``providers``), or,
+  when it names none, the turn's own provider (``session.startTurn``'s
+  ``providerId``) while the host holds it: ``providerId``, ``baseUrl``,
+  ``type``, ``protocol``, ``apiStyle``, ``credentialRef`` (the provider's
+  ``secret_ref``) — only the keys the snapshot holds; a provider the
+  connection names that is gone is drift;
 * ``executionBindings`` against the session row: ``sessionId``,
   ``projectPath`` (normalized), ``providerId``, ``modelId``, ``mode``,
   ``permissionMode``;
@@ -104,13 +106,19 @@ def verify(conn: sqlite3.Connection, session_id: str, turn_id: str,
     snapshot = stored["snapshot"]
     connection = snapshot.get("connection") or {}
     provider_id = connection.get("providerId") if isinstance(connection, Mapping) else None
-    provider_id = provider_id if isinstance(provider_id, str) else None
+    provider = _provider(conn, provider_id) if isinstance(provider_id, str) else None
+    if not isinstance(provider_id, str):
+        # A connection that names no provider is the endpoint of the turn's own (``startTurn.providerId``, as
+        # the reference sidecar and the README's example send it): it binds to that provider while the host
+        # holds it. The turn's id is a loose reference (a provider the host never held binds nothing), so
+        # its absence is not drift; a provider the connection names itself is.
+        provider_id = None
+        provider = _provider(conn, turn[1]) if isinstance(turn[1], str) else None
     refs = [r for r in snapshot.get("credentialRefs") or () if isinstance(r, str)]
     present = {r[0] for r in conn.execute(
         f"SELECT secret_ref FROM secrets_meta WHERE secret_ref IN ({','.join('?' * len(refs))})", refs)} if refs \
         else set()
-    found = drift(snapshot, provider=_provider(conn, provider_id) if provider_id else None, provider_id=provider_id,
-                  session=session, refs_present=present)
+    found = drift(snapshot, provider=provider, provider_id=provider_id, session=session, refs_present=present)
     bound = stored.get("input")
     if bound is not None and input_record is not None:
         rec = input_record(bound["messageId"])

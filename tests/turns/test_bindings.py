@@ -95,3 +95,44 @@ async def test_recovery_check_on_a_host(tmp_path: Path) -> None:
             await c.call("providers.update", {"providerId": "openrouter", "baseUrl": "https://proxy.example/v1"})
             err = await rpc_error(c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t3"}))
             assert [d["field"] for d in err.data["drift"]] == ["connection.baseUrl"]
+
+
+async def test_a_connection_that_names_no_provider_binds_to_the_turns_provider(tmp_path: Path) -> None:
+    """README §10 "Usage and recovery": verifyEnvironment checks "the same provider connection (base URL,
+    protocol, credential reference)". The reference sidecar (``pihost_client.agent_providers``) and the
+    README's own ``session.startTurn`` example name the provider on the turn (``providerId``) and leave it out
+    of ``connection`` ({baseUrl, type, protocol, apiStyle, credentialRef}). Such a connection was compared with
+    nothing: the provider's base URL moved or its protocol changed, and the snapshot still verified. It binds to
+    the turn's provider now (while the host holds it); a rotated key still passes."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path / "data") as host, client_for(host, "sidecar", kind="agent") as c:
+            provider = (await c.call("providers.create", {
+                "id": "lab", "name": "Lab", "baseUrl": "https://lab.example/v1", "apiKey": "sk-lab-one"}))["provider"]
+            sid = str((await c.call("session.create", {"title": "b", "providerId": "lab", "modelId": "m"}))["id"])
+            connection = {"baseUrl": provider["baseUrl"], "type": provider["type"], "protocol": provider["protocol"],
+                          "credentialRef": provider["secretRef"]}
+            await start(c, sid, "t1", providerId="lab", modelId="m", environment={
+                "version": 1, "connection": connection, "credentialRefs": [provider["secretRef"]]})
+            await c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t1"})
+            await c.call("providers.update", {"providerId": "lab", "apiKey": "sk-lab-two"})  # rotated: binds
+            await c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t1"})
+            await c.call("providers.update", {"providerId": "lab", "baseUrl": "https://proxy.example/v1"})
+            err = await rpc_error(c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t1"}))
+            assert err.data_code == "ENVIRONMENT_DRIFT"
+            assert err.data["drift"] == [{"field": "connection.baseUrl", "snapshot": "https://lab.example/v1",
+                                          "current": "https://proxy.example/v1"}]
+            await c.call("providers.update", {"providerId": "lab", "baseUrl": "https://lab.example/v1",
+                                              "protocol": "anthropic"})
+            err = await rpc_error(c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t1"}))
+            assert [d["field"] for d in err.data["drift"]] == ["connection.protocol"]
+            await end(c, sid, "t1")
+            # a connection that names its provider binds to that one, whatever the turn says
+            await c.call("providers.create", {"id": "other", "name": "Other", "baseUrl": "https://other.example/v1"})
+            await start(c, sid, "t2", providerId="lab", environment={
+                "version": 1, "connection": {"providerId": "other", "baseUrl": "https://other.example/v1"}})
+            await c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t2"})
+            await end(c, sid, "t2")
+            # the turn's providerId is a loose reference: one the host does not hold binds nothing
+            await start(c, sid, "t3", providerId="anthropic", environment={
+                "version": 1, "connection": {"baseUrl": "https://api.anthropic.com", "apiStyle": "messages"}})
+            await c.call("session.verifyEnvironment", {"sessionId": sid, "turnId": "t3"})
