@@ -13,7 +13,7 @@ from typing import Any, Literal, cast
 import pytest
 import trio
 
-from pihost_client import Client, Event, connect
+from pihost_client import Client, Event, RpcError, connect
 from pihost_client.agent import Sidecar, permission_mode
 from pihost_client.agent_model import FakeModel, OpenAIModel
 from pihost_client.agent_providers import ProviderStore
@@ -200,11 +200,30 @@ async def test_the_endpoint_and_key_come_from_the_hosts_provider_store(tmp_path:
                 seen.clear()
                 _, turn = await _turn(ui, sid, "and now?", "ask", None)
                 assert turn["status"] == "completed" and {s["auth"] for s in seen} == {"Bearer sk-rotated"}
+                # the snapshot binds the turn to its session's project and its provider's endpoint (seed 000 §4
+                # "Recovery rejects ... binding drift"): a moved project or base URL is drift, as the host checks it
+                await ui.session.verify_environment(session_id=sid, turn_id=turn["id"])
+                elsewhere = tmp_path / "elsewhere"
+                elsewhere.mkdir()
+                await ui.session.update(session_id=sid, project_path=str(elsewhere))
+                assert await _drift(ui, sid, turn["id"]) == ["executionBindings.projectPath"]
+                await ui.session.update(session_id=sid, project_path=str(project))
+                await ui.providers.update(provider_id=provider["id"], base_url="http://127.0.0.1:9/v1")
+                assert await _drift(ui, sid, turn["id"]) == ["connection.baseUrl"]
+                await ui.providers.update(provider_id=provider["id"], base_url=base_url)
 
                 bare = (await ui.session.create(title="no provider"))["id"]
                 _, turn = await _turn(ui, bare, "hello", "ask", None)
                 assert (turn["status"], turn["errorCode"]) == ("error", "MODEL_ERROR")
                 nursery.cancel_scope.cancel()
+
+
+async def _drift(ui: Client, sid: str, turn_id: str) -> list[str]:
+    """The fields ``session.verifyEnvironment`` names drifted (it must refuse the snapshot)."""
+    with pytest.raises(RpcError) as info:
+        await ui.session.verify_environment(session_id=sid, turn_id=turn_id)
+    assert info.value.data_code == "ENVIRONMENT_DRIFT"
+    return [d["field"] for d in info.value.data["drift"]]
 
 
 def test_the_permission_mode_comes_from_the_entry_then_the_session() -> None:

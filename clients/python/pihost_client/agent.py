@@ -225,7 +225,7 @@ class Sidecar:
         try:
             environment: dict[str, Any] = {
                 "version": 1, "model": {"id": model.name}, "toolSchemas": list(TOOL_SCHEMAS),
-                "executionBindings": {"projectRoot": root},
+                "executionBindings": {"projectPath": root},
                 "permissionPolicy": {"tools": "read-only", "mode": mode}, **resolved.environment}
             await c.session.start_turn(session_id=sid, turn_id=turn_id, model_id=model.name,
                                        provider_id=resolved.provider_id,

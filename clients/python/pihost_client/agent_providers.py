@@ -64,7 +64,7 @@ class ProviderStore:
                 key = (await self.client.secrets.get(ref=str(ref)))["value"]
             except RpcError as exc:
                 raise ModelError(f"provider {pid}'s API key: {exc.data_code}: {exc.message}") from None
-        connection: dict[str, Any] = {"baseUrl": base_url, "type": provider["type"],
+        connection: dict[str, Any] = {"providerId": str(pid), "baseUrl": base_url, "type": provider["type"],
                                       "protocol": provider["protocol"], "apiStyle": provider.get("apiStyle"),
                                       "credentialRef": ref}
         return Resolved(OpenAIModel(str(model_id), base_url=str(base_url), api_key=key), str(pid),
