@@ -98,6 +98,28 @@ def ctx_view(ctx: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(m["id"], m["role"], m["blocks"][0]["text"]) for m in ctx["messages"]]
 
 
+def tree_view_agrees(tree: dict[str, Any], live: list[dict[str, Any]], deleted: set[str]) -> None:
+    """Seed 000 §1 / §3.2-3.4 on ``session.tree``: node ids are unique; every ``parentId`` is a node of the
+    same tree (or null for a root) and no parent chain loops; the active nodes are the live transcript's visible
+    messages in order, each the parent of the next (a tombstoned one's children hang from the visible
+    ancestor), the first a root; the leaf is the last of them; no tombstoned node is active."""
+    nodes = tree["nodes"]
+    by_id = {n["id"]: n for n in nodes}
+    assert len(by_id) == len(nodes)
+    for n in nodes:
+        seen: set[str] = set()
+        up = n
+        while up.get("parentId") is not None:
+            assert up["id"] not in seen and up["parentId"] in by_id, n
+            seen.add(up["id"])
+            up = by_id[up["parentId"]]
+    active = [n for n in nodes if n["active"]]
+    assert [n["messageId"] for n in active] == [x["id"] for x in live if x["id"] not in deleted]
+    assert [n.get("parentId") for n in active] == [None, *(n["id"] for n in active)][:len(active)]
+    assert tree.get("activeLeafId") == (active[-1]["id"] if active else None)
+    assert not any(n["active"] and n["deleted"] for n in nodes)
+
+
 ROLES = st.sampled_from(["user", "assistant", "assistant", "tool", "system", "subagent"])
 PICK = st.integers(0, 1_000)
 
@@ -332,6 +354,7 @@ class HistoryMachine(RuleBasedStateMachine):
         assert sorted((r["rootUserId"], r["revisionIndex"], r["isActive"], r["messageCount"]) for r in revs) \
             == m.revision_rows()
         assert ctx_view(self.call("session.context")) == m.context()
+        tree_view_agrees(self.call("session.tree"), m.live, m.deleted)
 
 
 def test_history_matches_the_model() -> None:
