@@ -226,52 +226,82 @@ def record_archived(conn: sqlite3.Connection, session_id: str, lines: Iterable[A
 
 def record_archived_lines(conn: sqlite3.Connection, session_id: str, lines: Sequence[bytes], now_ms: int) -> int:
     """:func:`record_archived` for revisions lines a caller is about to append or has just written whole (an
-    import's archived branches, an Assistant Edit child's original tail): the copy lists the files they
-    produced from its first commit, as an index rebuilt from its files does."""
+    import's archived branches and carried rows, an Assistant Edit child's original tail): the copy lists the
+    files they produced from its first commit, as an index rebuilt from its files does."""
     if not lines:
         return 0
-    return record_archived(conn, session_id, parse_revisions(b"".join(lines), tool_lines=True).tool_lines, now_ms)
+    parsed = parse_revisions(b"".join(lines), tool_lines=True)
+    written = record_archived(conn, session_id, parsed.tool_lines, now_ms)
+    return written + restore_carried(conn, session_id, parsed.artifacts.values())
 
 
-CARRIED_ARTIFACTS = 256
-"""At most this many of a session's artifact rows ride in a rewritten transcript header (the newest
-``updated_at`` first), and at most :data:`CARRIED_ARTIFACT_BYTES` of them (a header is read on every open, and
-one over its read limit would hide the transcript): a session that produced more files before a cut keeps the
-older ones listed while its database lives, and a rebuild restores those whose line a kept or archived line
-still holds."""
-CARRIED_ARTIFACT_BYTES = 64 * 1024
-"""The bytes the carried rows may take in a header, counted as :func:`_carried_cost` does; a row whose path
-alone exceeds what is left is skipped, the next ones still considered."""
+Carried = tuple[str, str | None, int]
+"""An artifact row's ``(op, turnId, updatedAt)``."""
 
 
-def _carried_cost(path: str, turn: str | None) -> int:
-    return len(path.encode("utf-8", "surrogatepass")) + len((turn or "").encode("utf-8", "surrogatepass")) + 64
+def given_back(lines: Iterable[tuple[Mapping[str, Any], Root | None]], session_root: str | None) -> dict[str, Carried]:
+    """Path → the row a rebuild makes of these transcript lines (each with the root it stands under, None: the
+    session's ``session_root``), by :func:`record_effects`'s rule: a path's newest dated line, the later of one
+    time, its turn the line's ``turnId``. A line with no ``createdAt`` gives no row back (a rebuild dates it
+    when it runs, not as the live index did); neither does a path the scratch exclusion drops (no row has it)."""
+    out: dict[str, Carried] = {}
+    for record, root in lines:
+        if not may_have_effects(record):
+            continue
+        at = rfc3339_ms(record.get("createdAt"))
+        if at is None:
+            continue
+        turn = record.get("turnId") if isinstance(record.get("turnId"), str) else None
+        under = root.path if root is not None else session_root
+        for effect in tool_effects(record):
+            for path, op in effect.effects:
+                resolved = resolve_path(under, path)
+                held = out.get(resolved) if resolved is not None else None
+                if resolved is not None and (held is None or at >= held[2]):
+                    out[resolved] = (op, turn, at)
+    return out
 
 
-def carried_rows(conn: sqlite3.Connection, session_id: str, limit: int = CARRIED_ARTIFACTS,
-                 budget: int = CARRIED_ARTIFACT_BYTES) -> list[dict[str, Any]]:
-    """The session's artifact rows as a rewritten header carries them (``store.transcripts.transcript
-    .HEADER_ARTIFACTS``), newest first, within ``limit`` rows and ``budget`` bytes: a cut or a replace takes a
-    Write/Edit line out of every file, the live index keeps its row (seed 003 §4.10), and a rebuild from the
-    files restores it from here (:func:`restore_carried`)."""
+def rows_to_carry(conn: sqlite3.Connection, session_id: str, lines: Sequence[tuple[Mapping[str, Any], Root | None]],
+                  carried: Mapping[str, Carried]) -> list[dict[str, Any]]:
+    """The session's artifact rows that neither ``lines`` (a rewritten transcript's messages, with their roots)
+    nor the rows the revisions file already carries (``carried``: ``store.revisions.RevisionFile.artifacts``,
+    as :func:`carried_of` gives them) give back as the index holds them, oldest first: what a rewrite appends to
+    the revisions file (``store.revisions.ARTIFACT`` lines) before the transcript loses the lines, so an index
+    rebuilt from the files lists every row the live one does (seed 003 §4.10: a row goes only with its session).
+    Each row is carried once, when the last line that gave it back leaves (or when the row moved since): a
+    later rewrite finds it carried. A row an archived branch's line gives back is carried too (the revisions
+    file is not read again for it: one line, once)."""
+    rebuilt = given_back(lines, session_root(conn, session_id))
     out: list[dict[str, Any]] = []
     for path, op, turn, at in conn.execute("SELECT path, op, turn_id, updated_at FROM artifacts "
-                                           "WHERE session_id = ? ORDER BY updated_at DESC, path DESC",
-                                           (session_id,)):
-        if len(out) >= limit or budget < 64:
-            break
-        cost = _carried_cost(path, turn)
-        if cost > budget:
+                                           "WHERE session_id = ? ORDER BY updated_at, path", (session_id,)):
+        held: Carried = (op, turn, at)
+        kept = carried.get(path)
+        if kept == held:
             continue
-        budget -= cost
+        if rebuilt.get(path) == held and (kept is None or kept[2] < at):  # a carried row of one time would win
+            continue
         out.append({"path": path, "op": op, "turnId": turn, "updatedAt": at})
     return out
 
 
+def carried_of(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Carried]:
+    """``store.revisions.RevisionFile.artifacts`` as :func:`rows_to_carry` compares them."""
+    out: dict[str, Carried] = {}
+    for path, row in rows.items():
+        turn, at = row.get("turnId"), row.get("updatedAt")
+        if isinstance(row.get("op"), str) and (turn is None or isinstance(turn, str)) and isinstance(at, int):
+            out[path] = (row["op"], turn, at)
+    return out
+
+
 def restore_carried(conn: sqlite3.Connection, session_id: str, entries: Iterable[Mapping[str, Any]]) -> int:
-    """Rows a transcript header carries (:func:`carried_rows`), as they were: a missing one comes back, an older
-    one moves (as a rebuilt line's does, :func:`record_effects`). An entry that is not such a row is skipped.
-    Returns rows written."""
+    """Carried rows, as they were: the revisions file's ``artifact`` lines (:func:`rows_to_carry`, an export's
+    that an import wrote there), or an older host's rewritten header's (``store.transcripts.transcript
+    .HEADER_ARTIFACTS``). A missing one comes back, an older one moves (as a rebuilt line's does,
+    :func:`record_effects`; after the lines, so of one time the carried row, the live index's, wins). An entry
+    that is not such a row is skipped. Returns rows written."""
     written = 0
     for entry in entries:
         path, op, turn, at = entry.get("path"), entry.get("op"), entry.get("turnId"), entry.get("updatedAt")

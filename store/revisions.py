@@ -12,6 +12,9 @@ File format (seed 003 §2.1, §4.9, D105/D109/D307, ADR 0060), one JSON object p
 * The last record for ``(rootUserId, revisionIndex)`` wins (a refresh is one
   more line). The file is never rewritten; switching only flips ``is_active``
   in the index.
+* ``artifact`` lines (:data:`ARTIFACT`) keep artifact rows (seed 003 §4.10) whose Write/Edit line a
+  rewrite took out of every file (a cut, a replace), or that an import's export carried: a rebuilt index
+  restores them (the newest per path wins, as a line's row does).
 * A legacy file holds only ``revision`` lines and reads back message for
   message. Unknown line kinds and a torn trailing line are skipped; a line
   over ``MAX_LINE_BYTES`` (64 MiB) is a bad line, as in a transcript, and the
@@ -51,6 +54,10 @@ from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines, read_spa
 
 REVISION = "revision"
 REVISION_LIVE = "revision_live"
+ARTIFACT = "artifact"
+"""A line ``{"type": "artifact", "path", "op", "turnId", "updatedAt"}``: one artifact row as the index held it
+(``artifacts.list``'s item without its ``sessionId``; ``updatedAt`` in Unix ms), which no line of the transcript
+or of an archived branch gives back any more (``store.artifacts.rows_to_carry``)."""
 PAGER_KEYS = ("revisionCount", "activeRevision", "revisionRootId")
 """The pager stamp of a family's root line (seed 003 §4.9): presentation metadata the host writes."""
 
@@ -214,6 +221,9 @@ class RevisionFile:
     line_receipts: list[dict[str, Any]] = field(default_factory=list)
     """The receipt records the ``revision_live`` lines carry, oldest first (every line's: a later line of
     the key, a refresh or a regenerate's archive, leaves them standing)."""
+    artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Path → the newest of its :data:`ARTIFACT` lines (by ``updatedAt``; of one time, the later line), as the
+    line holds it (the fields are checked where a row is restored: ``store.artifacts.restore_carried``)."""
     tool_lines: list[ArchivedLine] = field(default_factory=list)
     """Every message with a ``tool_call`` block that any full ``revision`` line holds, in file order (not only
     the newest line of its key: an older line of a key keeps the lines a later refresh no longer has), each
@@ -308,6 +318,9 @@ def _take_line(out: RevisionFile, line: bytes, records: bool, tool_lines: bool =
     except ValueError:
         out.bad_lines += 1
         return
+    if rec.get("type") == ARTIFACT:
+        _take_artifact(out, rec)
+        return
     if rec.get("type") not in (REVISION, REVISION_LIVE):
         out.unknown_lines += 1
         return
@@ -325,6 +338,22 @@ def _take_line(out: RevisionFile, line: bytes, records: bool, tool_lines: bool =
     if tool_lines and not entry.live:
         out.tool_lines += [ArchivedLine(m, entry.roots.get(m["id"]), _turn_of(entry, m)) for m in entry.messages
                            if _has_tool_call(m)]
+
+
+def _take_artifact(out: RevisionFile, rec: dict[str, Any]) -> None:
+    path, at = rec.get("path"), rec.get("updatedAt")
+    if not isinstance(path, str) or not isinstance(at, int) or isinstance(at, bool):
+        out.bad_lines += 1
+        return
+    held = out.artifacts.get(path)
+    if held is None or at >= held["updatedAt"]:
+        out.artifacts[path] = rec
+
+
+def artifact_line(row: Mapping[str, Any]) -> bytes:
+    """The :data:`ARTIFACT` line of one artifact row (``{"path", "op", "turnId", "updatedAt"}``)."""
+    return dumps_line({"type": ARTIFACT, "path": row["path"], "op": row["op"], "turnId": row.get("turnId"),
+                       "updatedAt": row["updatedAt"]})
 
 
 def _has_tool_call(record: Mapping[str, Any]) -> bool:
@@ -1008,6 +1037,7 @@ def drop_sync_mark(conn: Any, session_id: str) -> None:
 
 
 __all__ = [
+    "ARTIFACT",
     "ArchivedLine",
     "ArchivedDeletion",
     "archived_deletion_lines",
@@ -1025,6 +1055,7 @@ __all__ = [
     "Stamp",
     "SyncMark",
     "append_revision_lines",
+    "artifact_line",
     "branch_unavailable",
     "entry_of_line",
     "drop_sync_mark",

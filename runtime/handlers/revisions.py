@@ -28,7 +28,8 @@ is a full ``revision`` line: an archive whose exact payload the file already
 holds, written by an interrupted try of the same rewrite, is not written again),
 ``revisions.rootAliases`` (:class:`RootAliases`: the ids under which a user message joins a family
 whose key is another id, so ``listRevisions`` looks each family's live root up in the index instead of
-reading every user message), and ``revisions.mark`` (the :class:`SyncMark` the database holds for the
+reading every user message), ``revisions.artifacts`` (path → the artifact row the file's ``artifact`` lines
+carry: :func:`carry_artifacts`), and ``revisions.mark`` (the :class:`SyncMark` the database holds for the
 session as this incarnation last wrote it: a branch write moves it in its own transaction, :class:`Remark`).
 """
 
@@ -58,6 +59,7 @@ from store.revisions import (
     SyncMark,
     append_revision_lines,
     archived_deletion_lines,
+    artifact_line,
     branch_unavailable,
     drop_sync_mark,
     entry_of_line,
@@ -114,6 +116,7 @@ LIVE_REFS = "revisions.liveRefs"
 STORED = "revisions.stored"
 ROOT_ALIASES = "revisions.rootAliases"
 MARK = "revisions.mark"
+CARRIED_ARTIFACTS = "revisions.artifacts"
 
 
 @dataclass
@@ -266,6 +269,7 @@ class Remark:
 def _memo(ctx: SessionContext, rf: RevisionFile) -> None:
     ctx.cache[LIVE_REFS] = rf.live_refs()
     ctx.cache[STORED] = rf.stored_digests()
+    ctx.cache[CARRIED_ARTIFACTS] = artifacts.carried_of(rf.artifacts)
     ctx.cache[SYNCED] = True
 
 
@@ -540,9 +544,9 @@ async def commit_rewrite(
         receipt = file_record(ctx.receipt, **dict(receipt_extra or {}), response=answer)
     carried = CarriedAnswer(answer)
     made: list[Rewritten] = []
-    # the session's artifact rows: a line the rewrite cuts leaves no file, and its row stays listed (seed 003
-    # §4.10), so the new header carries them for an index rebuilt from the files
-    rows = await ctx.read(artifacts.carried_rows, sid)
+    # the artifact rows no line of the new file gives back: a line the rewrite cuts leaves no file, and its row
+    # stays listed (seed 003 §4.10), so the revisions file carries it for an index rebuilt from the files
+    await carry_artifacts(ctx, plan)
 
     def write() -> Rewritten:
         # the old header's receipts ride on: a later rewrite must not leave an earlier one only in SQLite
@@ -552,7 +556,7 @@ async def commit_rewrite(
         made.append(apply_rewrite(path, sid, live.created_at_ms, plan, receipt=receipt, carried=kept,
                                   faults=faults, dropped_offsets=[*live.dropped_offsets, *plan.left_out],
                                   now_ms=now, delivered=carried_delivered(live.delivered, live.messages,
-                                                                          plan.messages), artifacts=rows))
+                                                                          plan.messages)))
         # the new file's lines are these: listRevisions reads none of them to find its families' roots
         note_root_aliases(remark.aliases, (item.record for item in made[-1].messages))
         remark.after(made[-1].epoch, made[-1].file_len)
@@ -570,6 +574,29 @@ async def commit_rewrite(
     ctx.cache[ROOT_ALIASES] = RootAliases(made[-1].epoch, made[-1].file_len, remark.aliases)
     ctx.publish("session.updated", {"session": index.public_session(ctx.row)})
     return result
+
+
+async def carry_artifacts(ctx: SessionContext, plan: RewritePlan) -> None:
+    """Before a rewrite writes ``plan``: the session's artifact rows that neither its lines nor the revisions
+    file's ``artifact`` lines give back any more (``store.artifacts.rows_to_carry``: those whose last line the
+    rewrite takes out, those an older host's header carried) are appended to the revisions file, one ``artifact``
+    line each, fsynced before the transcript is replaced. The revisions file, append-only and read whole by a
+    rebuild, holds any number of them (a header held at most 256, within 64 KiB), and a row is carried once.
+    The rows the file carries are memoized per incarnation (``revisions.artifacts``, from :func:`ensure_synced`'s
+    read; else read here), read behind every acknowledged append's index op."""
+    memo = ctx.cache.get(CARRIED_ARTIFACTS)
+    known: dict[str, artifacts.Carried] | None = memo if isinstance(memo, dict) else None
+    sid, path, faults = ctx.sid, ctx.paths.revisions, ctx.faults
+    lines = list(zip(plan.messages, plan.message_roots or [None] * len(plan.messages), strict=True))
+
+    def carry(conn: Any) -> dict[str, artifacts.Carried]:
+        held = known if known is not None else artifacts.carried_of(read_revisions(path).artifacts)
+        rows = artifacts.rows_to_carry(conn, sid, lines, held)
+        if rows:
+            append_revision_lines(path, [artifact_line(row) for row in rows], faults=faults)
+        return {**held, **{row["path"]: (row["op"], row["turnId"], row["updatedAt"]) for row in rows}}
+
+    ctx.cache[CARRIED_ARTIFACTS] = await ctx.io_with_reader(carry)
 
 
 def _session(conn: Any, sid: str) -> dict[str, Any]:

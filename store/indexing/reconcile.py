@@ -655,12 +655,16 @@ def apply_plan(conn: Any, session_id: str, plan: ReconcilePlan, *, now_ms: int) 
     for carried in scan.line_receipts:  # a crash between a line's fsync and its receipt's commit
         restore_receipt(conn, session_id, carried, now_ms=now_ms)
     if plan.kind == "full" and scan.header is not None:
-        # the rows the last rewrite's header carries: a cut took their lines out of every file (seed 003 §4.10)
+        # the rows an older host's last rewrite's header carries: a cut took their lines out of every file (seed
+        # 003 §4.10; this host carries them in the revisions file, below)
         artifacts.restore_carried(conn, session_id, header_artifacts(scan.header))
     if plan.archived is not None and plan.kind == "full":
         # the files the archived branches' Write/Edit lines produced: the live index listed them when they were
         # written and a regenerate, an edit or a switch took nothing from the list (seed 003 §4.10)
         artifacts.record_archived(conn, session_id, plan.archived.tool_lines, now_ms)
+        # and the rows a rewrite's cut or an import carried there (``artifact`` lines), after every line: of
+        # one time the carried row, the live index's, wins
+        artifacts.restore_carried(conn, session_id, plan.archived.artifacts.values())
         for carried in plan.archived.line_receipts:  # a keyed saveActiveRevision's, on its reference line
             restore_receipt(conn, session_id, carried, now_ms=now_ms)
         restore_archived_receipts(conn, session_id, plan.archived, [item.record for item in dedupe(scan.messages)],

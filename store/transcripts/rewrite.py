@@ -425,7 +425,6 @@ def apply_rewrite(
     dropped_offsets: Sequence[int] = (),
     now_ms: int = 0,
     delivered: Sequence[Mapping[str, Any]] = (),
-    artifacts: Sequence[Mapping[str, Any]] = (),
 ) -> Rewritten:
     """Atomically replace the transcript with ``plan`` (fault points ``rewrite.*``).
 
@@ -435,13 +434,12 @@ def apply_rewrite(
     rewrite that is a request's effect stays answerable after a database rebuild.
     ``dropped_offsets``: lines of the old file the plan cannot hold (``LiveTranscript.dropped_offsets``),
     copied aside first, never lost. ``delivered``: the deliver answers the new header carries
-    (:func:`carried_delivered`). ``artifacts``: the session's artifact rows the new header carries
-    (``store.artifacts.carried_rows``).
+    (:func:`carried_delivered`).
     """
     keep_dropped_lines(path, dropped_offsets, now_ms)
     header = rewrite_transcript(path, session_id, created_at_ms, plan.body, receipt=receipt,
                                 receipts=carried_receipts(carried, receipt), faults=faults,
-                                written_at_ms=now_ms or None, delivered=delivered, artifacts=artifacts)
+                                written_at_ms=now_ms or None, delivered=delivered)
     return rewritten(plan, header.epoch, header.length)
 
 

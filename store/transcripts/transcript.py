@@ -194,10 +194,11 @@ def header_delivered(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 
 
 HEADER_ARTIFACTS: Final = "artifacts"
-"""The header's list of the session's artifact rows as the index held them when a rewrite wrote the file
-(``store.artifacts.carried_rows``: ``{"path", "op", "turnId", "updatedAt"}`` each, the newest
-``store.artifacts.CARRIED_ARTIFACTS``): a row stays listed after its Write/Edit line left every file (a cut,
-a replace), and an index rebuilt from the files lists it again. Internal: never on the wire."""
+"""The header's list of the session's artifact rows as the index held them when an older host's rewrite wrote
+the file (``{"path", "op", "turnId", "updatedAt"}`` each, its newest 256 within 64 KiB): an index rebuilt from
+such a file lists them again (``store.artifacts.restore_carried``). This host writes none: a rewrite carries
+the rows its cut takes the lines of in the revisions file (``store.revisions.ARTIFACT``), any number of them,
+and those the old header held with them (they are no line's any more). Internal: never on the wire."""
 
 
 def header_artifacts(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -211,7 +212,7 @@ def header_artifacts(header: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 def header_line(
     session_id: str, created_at_ms: int, *, receipt: Mapping[str, Any] | None = None,
     receipts: Sequence[Mapping[str, Any]] = (), written_at_ms: int | None = None,
-    delivered: Sequence[Mapping[str, Any]] = (), artifacts: Sequence[Mapping[str, Any]] = (),
+    delivered: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[bytes, TranscriptHeader]:
     """A new header line with a fresh epoch, and its parsed form.
 
@@ -222,7 +223,6 @@ def header_line(
     ``written_at_ms``: when a rewrite wrote the file (``writtenAt``): the session's ``updatedAt`` as that
     rewrite's commit sets it, which a reindex after a crash before the commit restores from here.
     ``delivered``: :data:`HEADER_DELIVERED`, carried forward by a rewrite (``store.transcripts.rewrite``).
-    ``artifacts``: :data:`HEADER_ARTIFACTS`, the session's artifact rows when a rewrite wrote the file.
     """
     validate_session_id(session_id)
     created_at = now_rfc3339(created_at_ms)
@@ -242,8 +242,6 @@ def header_line(
         record["writtenAt"] = written_at_ms
     if delivered:
         record[HEADER_DELIVERED] = [dict(r) for r in delivered]
-    if artifacts:
-        record[HEADER_ARTIFACTS] = [dict(r) for r in artifacts]
     line = dumps_line(record)
     return line, TranscriptHeader(session_id, created_at, epoch, SCHEMA, len(line))
 
@@ -366,17 +364,16 @@ def rewrite_transcript(
     faults: Faults = NO_FAULTS,
     written_at_ms: int | None = None,
     delivered: Sequence[Mapping[str, Any]] = (),
-    artifacts: Sequence[Mapping[str, Any]] = (),
 ) -> TranscriptHeader:
     """Atomically replace the whole file: new header (new epoch, ``receipt``, the carried ``receipts``,
-    ``writtenAt``, the carried ``delivered``, the session's ``artifacts``) + ``body_lines``.
+    ``writtenAt``, the carried ``delivered``) + ``body_lines``.
 
     Any open :class:`TranscriptWriter` on the old file must be closed first and
     a new one opened afterwards (appends through the old one are refused).
     """
     _check_lines(body_lines)
     line, header = header_line(session_id, created_at_ms, receipt=receipt, receipts=receipts,
-                               written_at_ms=written_at_ms, delivered=delivered, artifacts=artifacts)
+                               written_at_ms=written_at_ms, delivered=delivered)
     atomic_write(path, b"".join([line, *body_lines]), faults=faults, point_prefix="rewrite")
     return header
 

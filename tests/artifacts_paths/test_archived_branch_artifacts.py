@@ -14,6 +14,7 @@ or a replace took out of every file keeps its row too: the rewritten header carr
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,110 @@ async def test_a_file_whose_line_a_cut_or_a_replace_dropped_stays_listed_after_t
             assert [(a["path"], a["op"]) for a in want] == [
                 (f"{ws}/z.md", "write"), (f"{ws}/y.md", "write"), (f"{ws}/x.md", "edit")]
             proc.kill9()
+        drop_database(data)
+        async with real_host(data) as (_proc, c):
+            assert await _listed(c, sid) == want
+
+
+async def _all_listed(c: HostClient, sid: str) -> list[dict[str, Any]]:
+    """Every page of the session's artifacts, newest first."""
+    rows: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"sessionId": sid, "limit": 500}
+    while True:
+        page = await c.call("artifacts.list", params)
+        rows += page["artifacts"]
+        if not page.get("nextCursor"):
+            return rows
+        params = {**params, "cursor": page["nextCursor"]}
+
+
+async def test_more_files_than_a_header_holds_stay_listed_after_a_cut_and_a_rebuild(tmp_path: Path) -> None:
+    """300 files written, each line then cut by a ``replaceMessages``: more rows than the 256 (and over the 64
+    KiB) a rewritten header carried. The live host lists them all, and so does an index rebuilt after the
+    database is lost (before: the newest 256, the 44 older files gone). A second cut carries no row twice: the
+    revisions file holds one ``artifact`` line per row the cuts took the line of, and the header stays small."""
+    ws, data = tmp_path / "ws", tmp_path / "data"
+    ws.mkdir()
+    data.mkdir()
+    deep = "d" * 200  # long paths: 300 rows are over the 64 KiB a header carried, too
+    with trio.fail_after(120):
+        async with real_host(data) as (proc, c):
+            sid = str((await c.call("session.create", {"projectPath": str(ws), "title": "many"}))["id"])
+            await say(c, sid, "u1", "write many files")
+            await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            for i in range(300):
+                await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1",
+                                                       "message": write_tool(f"w{i}", f"{deep}/f{i:03}.md")})
+            await c.call("session.endTurn", {"sessionId": sid, "turnId": "t1", "status": "completed"})
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": [
+                {"id": "u1", "role": "user", "blocks": [{"type": "text", "text": "write many files"}]}]})
+            want = await _all_listed(c, sid)
+            assert len(want) == 300
+            await say(c, sid, "u2", "one more")
+            await c.call("session.appendMessage", {"sessionId": sid, "message": write_tool("w300", "last.md")})
+            kept = [m for m in (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+                    if m["id"] != "w300"]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": kept})
+            want = await _all_listed(c, sid)
+            assert len(want) == 301
+            proc.kill9()
+        drop_database(data)
+        async with real_host(data) as (_proc, c):
+            assert await _all_listed(c, sid) == want
+        sessions = data / "sessions"
+        carried = [json.loads(line) for line in (sessions / f"{sid}.revisions.jsonl").read_text().splitlines()
+                   if json.loads(line)["type"] == "artifact"]
+        assert sorted(a["path"] for a in carried) == sorted(a["path"] for a in want)
+        assert len((sessions / f"{sid}.jsonl").read_bytes().split(b"\n", 1)[0]) < 4096
+
+
+def _as_an_older_host_wrote_them(sessions: Path, sid: str) -> None:
+    """The session's files as a host before the ``artifact`` lines left them: the carried rows in the rewritten
+    transcript's header (``artifacts``), none in the revisions file."""
+    revisions = sessions / f"{sid}.revisions.jsonl"
+    lines = [json.loads(line) for line in revisions.read_text().splitlines()]
+    rows = [{k: v for k, v in line.items() if k != "type"} for line in lines if line["type"] == "artifact"]
+    assert rows
+    rest = [line for line in lines if line["type"] != "artifact"]
+    if rest:
+        revisions.write_text("".join(json.dumps(line) + "\n" for line in rest))
+    else:
+        revisions.unlink()
+    transcript = sessions / f"{sid}.jsonl"
+    header, body = transcript.read_bytes().split(b"\n", 1)
+    transcript.write_bytes(json.dumps({**json.loads(header), "artifacts": rows}).encode() + b"\n" + body)
+
+
+async def test_the_rows_an_older_hosts_header_carries_are_listed_and_carried_on_by_the_next_rewrite(
+        tmp_path: Path) -> None:
+    """A transcript an older host rewrote carries the cut rows in its header: a rebuild lists them, and the next
+    rewrite (whose header carries none) carries them in the revisions file, so a later rebuild lists them too."""
+    ws, data = tmp_path / "ws", tmp_path / "data"
+    ws.mkdir()
+    data.mkdir()
+    sessions = data / "sessions"
+    with trio.fail_after(120):
+        async with real_host(data) as (proc, c):
+            sid = str((await c.call("session.create", {"projectPath": str(ws), "title": "older"}))["id"])
+            await say(c, sid, "u1", "write x")
+            await _append(c, sid, write_tool("w1", "x.md"))
+            await _append(c, sid, write_tool("e1", "x.md", "Edit"))
+            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1"})
+            await say(c, sid, "u2", "write y")
+            await _append(c, sid, write_tool("w2", "y.md"))
+            want = await _listed(c, sid)
+            assert [(a["path"], a["op"]) for a in want] == [(f"{ws}/y.md", "write"), (f"{ws}/x.md", "edit")]
+            proc.kill9()
+        _as_an_older_host_wrote_them(sessions, sid)
+        drop_database(data)
+        async with real_host(data) as (proc, c):
+            assert await _listed(c, sid) == want
+            kept = [m for m in (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+                    if m["id"] != "u2"]
+            await c.call("session.replaceMessages", {"sessionId": sid, "messages": kept})
+            assert await _listed(c, sid) == want
+            proc.kill9()
+        assert b'"artifacts"' not in (sessions / f"{sid}.jsonl").read_bytes().split(b"\n", 1)[0]
         drop_database(data)
         async with real_host(data) as (_proc, c):
             assert await _listed(c, sid) == want

@@ -15,6 +15,7 @@ from store.faults import NO_FAULTS
 from store.fence import prune_notifications, retention
 from store.indexing import index
 from store.indexing.database import open_writer
+from store.revisions import artifact_line, parse_revisions
 from store.snapshots import prepare_snapshot
 from store.transcripts.records import ms_to_rfc3339
 from store.upgrade.schema import apply_schema
@@ -274,12 +275,20 @@ def test_a_paths_row_is_its_newest_line_whatever_order_the_lines_come_in(conn):
         for i in order:
             artifacts.record_effects(conn, "s1", lines[i], lines[i]["turnId"], NOW + 100, audit=False)
         assert conn.execute("SELECT op, turn_id, updated_at FROM artifacts").fetchall() == [("write", "t3", NOW + 9)]
-    carried = artifacts.carried_rows(conn, "s1")
-    assert carried == [{"path": "/w/a", "op": "write", "turnId": "t3", "updatedAt": NOW + 9}]
-    long = "/w/" + "x" * 70_000  # over the header budget alone: left out, the rows after it still carried
-    conn.execute("INSERT INTO artifacts VALUES ('s1', ?, 'write', NULL, ?)", (long, NOW + 50))
-    assert artifacts.carried_rows(conn, "s1") == carried
-    assert len(artifacts.carried_rows(conn, "s1", budget=10**6)) == 2
+    carried = [{"path": "/w/a", "op": "write", "turnId": "t3", "updatedAt": NOW + 9}]
+    # the lines give the row back: nothing to carry; without them, or with an older one only, it is carried
+    assert artifacts.rows_to_carry(conn, "s1", [(line, None) for line in lines], {}) == []
+    assert artifacts.rows_to_carry(conn, "s1", [(lines[0], None)], {}) == carried
+    assert artifacts.rows_to_carry(conn, "s1", [], {}) == carried
+    # a row the revisions file carries as it is is not carried again (one line per row, once)
+    held = parse_revisions(b"".join(artifact_line(row) for row in carried)).artifacts
+    assert artifacts.rows_to_carry(conn, "s1", [], artifacts.carried_of(held)) == []
+    # an older carried row of one time as the line's would win over it in a rebuild: carried again
+    tie = {"/w/a": ("edit", "t2", NOW + 9)}
+    assert artifacts.rows_to_carry(conn, "s1", [(line, None) for line in lines], tie) == carried
+    # undated, the line gives no row back (a rebuild dates it when it runs)
+    undated = {k: v for k, v in lines[2].items() if k != "createdAt"}
+    assert artifacts.rows_to_carry(conn, "s1", [(undated, None)], {}) == carried
     conn.execute("DELETE FROM artifacts")
     bad = [{"path": "/w/b", "op": "rename", "turnId": None, "updatedAt": 1}, {"path": "/w/c", "op": "edit"},
            {"path": 7, "op": "edit", "updatedAt": 1}, {"path": "w/d", "op": "edit", "turnId": None, "updatedAt": 1}]
