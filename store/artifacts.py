@@ -286,6 +286,14 @@ def rows_to_carry(conn: sqlite3.Connection, session_id: str, lines: Sequence[tup
     return out
 
 
+def session_rows(conn: sqlite3.Connection, session_id: str) -> list[dict[str, Any]]:
+    """Every artifact row of the session (``{"path", "op", "turnId", "updatedAt"}``), oldest first (ties by
+    path): what a JSONL export carries (``store.interchange.export``)."""
+    return [{"path": path, "op": op, "turnId": turn, "updatedAt": at} for path, op, turn, at in conn.execute(
+        "SELECT path, op, turn_id, updated_at FROM artifacts WHERE session_id = ? ORDER BY updated_at, path",
+        (session_id,))]
+
+
 def carried_of(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Carried]:
     """``store.revisions.RevisionFile.artifacts`` as :func:`rows_to_carry` compares them."""
     out: dict[str, Carried] = {}

@@ -42,7 +42,10 @@ file holds them: one ``revision`` (a branch stored in full) or
 ``(rootUserId, revisionIndex)``, its newest line (:func:`archived_lines`; a tombstoned prompt that roots one
 of these families is carried content-free, in the transcript and as a branch's root: :func:`withheld`),
 one ``turn`` line per ended turn (its status, model, token counts, cost
-and usage report: what ``usage.*`` sums), then the bytes it carries
+and usage report: what ``usage.*`` sums), one ``artifact`` line per artifact row of the session
+(``{"type": "artifact", "path", "op", "turnId", "updatedAt"}``, oldest first: ``artifacts.list``'s rows, those
+whose Write/Edit line a cut took out of every file included, which no line of the export gives back), then the
+bytes it carries
 (:func:`write_carried`): ``blob`` lines with the bytes of every attachment its
 blocks (archived branches' included) refer to, a part of :data:`BLOB_CHUNK`
 bytes each (one ``evicted`` line for a blob this host no longer holds), and one
@@ -69,14 +72,24 @@ from typing import Any, BinaryIO, TypeVar
 
 import orjson
 
-from store import review
+from store import artifacts, review
 from store.attachments import AttachmentFiles, blob_refs, blob_row, mark_evicted_blocks
 from store.config.secrets import SecretStore, list_meta
 from store.errors import Conflict, CorruptData, InvalidInput, NotFound, PayloadTooLarge, classify_os_error
 from store.fsutil import fsync_dir, open_nofollow
 from store.indexing import index
 from store.jsonio import dumps_line, loads_line, now_rfc3339
-from store.revisions import PAGER_KEYS, REVISION, REVISION_LIVE, ROOTS, entry_of_line, family_of, roots_field, roots_of
+from store.revisions import (
+    ARTIFACT,
+    PAGER_KEYS,
+    REVISION,
+    REVISION_LIVE,
+    ROOTS,
+    entry_of_line,
+    family_of,
+    roots_field,
+    roots_of,
+)
 from store.rules import TURN_ENDED
 from store.snapshots import is_secret_key, load_snapshot
 from store.transcripts.records import Root, root_line, root_named, wire_record
@@ -673,7 +686,8 @@ def export_session(conn: sqlite3.Connection, transcript: Path, session_id: str, 
     orphans = view.checkpoints.pop("", [])
     carried = Carried(conn, options.attachments, options.review_dir) if options.format == "jsonl" else None
     report = export_records(session, view.records(), orphans, view.environments(), out, options,
-                            archived=archived_lines(revisions, view), turns=view.turns(), carried=carried)
+                            archived=archived_lines(revisions, view), turns=view.turns(), carried=carried,
+                            artifact_rows=artifacts.session_rows(conn, session_id) if options.format == "jsonl" else ())
     report.unreadable_lines = view.unreadable
     return report
 
@@ -682,12 +696,14 @@ def export_records(session: Mapping[str, Any],
                    records: Iterable[tuple[dict[str, Any], list[dict[str, Any]], Root | None]],
                    orphan_checkpoints: Iterable[Mapping[str, Any]], environments: Iterable[Mapping[str, Any]],
                    out: BinaryIO, options: ExportOptions, archived: Iterable[Mapping[str, Any]] = (),
-                   turns: Iterable[Mapping[str, Any]] = (), *, carried: Carried | None = None) -> ExportReport:
+                   turns: Iterable[Mapping[str, Any]] = (), *, carried: Carried | None = None,
+                   artifact_rows: Iterable[Mapping[str, Any]] = ()) -> ExportReport:
     """The export of any session view: its summary, (message, the checkpoints after it, the root its line was
     written under) in order, checkpoints without a boundary, then run environments (a native pi session has
     none), then (JSONL only) the archived branches ``archived`` yields (:func:`archived_lines`) and the turns
-    ``turns`` yields (``SessionView.turns``); a JSONL export given ``carried`` ends with the bytes its blocks
-    (the archived branches' included) refer to and the session's review snapshots (:func:`write_carried`)."""
+    ``turns`` yields (``SessionView.turns``) and one ``artifact`` line per row of ``artifact_rows`` (the session's
+    artifact rows, ``store.artifacts.session_rows``); a JSONL export given ``carried`` ends with the bytes its
+    blocks (the archived branches' included) refer to and the session's review snapshots (:func:`write_carried`)."""
     _check_format(options)
     report = ExportReport(options.format)
     redactor = Redactor(options.secret_values, enabled=not options.include_secrets)
@@ -726,6 +742,8 @@ def export_records(session: Mapping[str, Any],
             writer.revision(line)
         for turn in turns:
             writer.turn(redactor.value(turn))
+        for row in artifact_rows:
+            writer.carry(redactor.value({"type": ARTIFACT, **row}))
     if carry:
         assert carried is not None
         root = session.get("projectPath")
@@ -969,7 +987,7 @@ class _JsonlWriter:
         self._line(record)
 
     def carry(self, line: Mapping[str, Any]) -> None:
-        """A ``blob`` or ``review_snapshot`` line (:func:`write_carried`)."""
+        """A ``blob``, ``review_snapshot``, ``artifact`` or positional root line."""
         self._line(line)
 
     def end(self) -> None:

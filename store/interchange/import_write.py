@@ -99,6 +99,7 @@ from store.revisions import (
     RevisionEntry,
     RevisionFile,
     append_revision_lines,
+    artifact_line,
     entry_of_line,
     find_root,
     hidden_by_import,
@@ -302,6 +303,9 @@ class StagedImport:
     revision_created: dict[tuple[str, int], int] = field(default_factory=dict)
     """A pi-host export's archived branches: when each was archived (its line's ``createdAt``), its row's
     ``created_at`` (as a rebuilt index gives it: ``store.revisions.rows_from_file``); others get the import's time."""
+    carried_artifacts: list[dict[str, Any]] = field(default_factory=list)
+    """A pi-host export's artifact rows (``artifact`` lines, turns namespaced): restored by :func:`apply_index`,
+    those the copy's revisions file does not carry yet also appended there (:func:`_carry_artifacts`)."""
     carried_turns: list[dict[str, Any]] = field(default_factory=list)
     """A pi-host export's turns (``turn`` lines, ids namespaced): the copy's turn rows (:func:`apply_index`)."""
     revisions_pre: int | None = None
@@ -1119,6 +1123,22 @@ def _carry_archived(archived: Archived, staged: StagedImport) -> None:
     for root, active in sorted(archived.active.items()):
         if (root, active) in keys:
             staged.revision_active.append((root, active))
+    _carry_artifacts(archived, staged, stored)
+
+
+def _carry_artifacts(archived: Archived, staged: StagedImport, stored: RevisionFile) -> None:
+    """A pi-host export's artifact rows (its ``artifact`` lines) into the copy's revisions file, as a rewrite
+    carries a cut's rows there (``store.revisions.ARTIFACT``): every row the session listed, so the copy lists
+    them too, with their turn (the copy's lines name none) and those whose line a cut took out of every file,
+    also after its index is rebuilt. A row the file already carries at its time or later (an earlier import of
+    the same export, a cut on the copy since) is not written again; every row is restored in the index
+    (:func:`apply_index`), as a rebuild restores it."""
+    held = artifacts.carried_of(stored.artifacts)
+    for path, row in sorted(archived.artifacts.items(), key=lambda item: (item[1]["updatedAt"], item[0])):
+        staged.carried_artifacts.append(row)
+        kept = held.get(path)
+        if kept is None or kept[2] < row["updatedAt"]:
+            staged.revision_lines.append(artifact_line(row))
 
 
 _UNWRITABLE_BRANCH = "revision(cannot be written)"
@@ -1553,6 +1573,9 @@ def apply_index(conn: sqlite3.Connection, staged: StagedImport, *, now_ms: int) 
         set_active(conn, sid, root, idx)
     # the files the archived branches' Write/Edit lines produced, listed as a rebuild from the copy's files lists them
     artifacts.record_archived_lines(conn, sid, staged.revision_lines, now_ms)
+    # the rows a pi-host export carried (a retry's too, whose lines its first try appended), after every line:
+    # of one time the carried row, the first host's, wins, as in a rebuild
+    artifacts.restore_carried(conn, sid, staged.carried_artifacts)
     if staged.revision_records:  # an abandoned branch's responses count like the transcript's (one row each)
         record_usage(conn, sid, staged.revision_records)
     for turn in staged.carried_turns:  # the first host's turns, as it stored them (after: they win)

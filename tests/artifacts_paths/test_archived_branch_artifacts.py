@@ -9,8 +9,8 @@ the archived branch's file dropped out of the list until a switch brought its br
 then edited listed ``write`` (the rebuild kept the first line's op) where the live host listed ``edit``, and
 every rebuilt row was dated with the boot time (the live host had dated it when the line was indexed). A row is
 now dated by its line's ``createdAt`` on both, so the answers compare whole, times included. A line a plain cut
-or a replace took out of every file keeps its row too: the rewritten header carries the session's rows.
-"""
+or a replace took out of every file keeps its row too: the rewrite carries the rows no line gives back any more
+in the revisions file (``artifact`` lines), any number of them (a header carried 256 at most)."""
 
 from __future__ import annotations
 
@@ -107,8 +107,8 @@ async def test_a_file_whose_line_a_cut_or_a_replace_dropped_stays_listed_after_t
         tmp_path: Path) -> None:
     """A plain ``session.truncateFrom`` (no mode: nothing archived) and a ``session.replaceMessages`` that leaves
     a Write's line out drop the line from every file; the live host keeps listing the file (its row stays), and
-    so does an index rebuilt after the database is lost: the rewritten header carries the session's rows (the
-    newest ``CARRIED_ARTIFACTS``), with the times the live host gave them."""
+    so does an index rebuilt after the database is lost: the revisions file carries the rows the cuts took the
+    lines of, with the times the live host gave them."""
     ws, data = tmp_path / "ws", tmp_path / "data"
     ws.mkdir()
     data.mkdir()

@@ -107,7 +107,9 @@ async def test_an_older_export_without_root_lines_imports_as_before(tmp_path: Pa
         lines = out.read_text().splitlines(keepends=True)
         infos = [i for i, line in enumerate(lines) if json.loads(line)["type"] == "session_info"]
         assert len(infos) > 1  # the full line after the header, then the positional root lines
-        older.write_text("".join(line for i, line in enumerate(lines) if i not in infos[1:]))
+        # (nor the artifact lines, which came later still)
+        older.write_text("".join(line for i, line in enumerate(lines)
+                                 if i not in infos[1:] and json.loads(line)["type"] != "artifact"))
         async with real_host(d2) as (_p2, c2):
             copy = await _import(c2, older)
             assert await artifact_paths(c2, copy) == [f"{b}/x.md", f"{b}/y.md"]

@@ -652,6 +652,9 @@ class Archived:
     """``revision`` / ``revision_live`` records as the revisions file holds them, one per key, in key order."""
     active: dict[str, int]
     """Family root → the variant its live root's pager stamp names (``activeRevision``)."""
+    artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Path → the export's artifact row (its ``artifact`` lines: ``{"path", "op", "turnId", "updatedAt"}``, the
+    turn namespaced as the copy's turn rows; of one path the newest), which the copy's revisions file carries."""
 
 
 @dataclass

@@ -16,8 +16,10 @@ stands, when the root changes (``records.Root``: the copy's Write/Edit lines res
 written in). The export's ``revision`` / ``revision_live`` lines (its archived
 regenerate/edit branches, seed 003 §4.9) are handed over as :class:`Archived`, their ids namespaced as the
 messages' (a root's ``meta.revisionRootId`` too), for the import to write under the same keys into the copy's
-revisions file; its ``turn`` lines (the first host's usage, seed 003 §4.6) become the copy's turn rows, ids
-namespaced the same way. An export without them (an older one) has none. A content-free record of a prompt
+revisions file, with the export's ``artifact`` lines (the session's artifact rows, turn ids namespaced: the
+copy lists what the session listed, the files whose lines a cut took out included); its ``turn`` lines (the
+first host's usage, seed 003 §4.6) become the copy's turn rows, ids namespaced the same way. An export without
+them (an older one) has none. A content-free record of a prompt
 deleted on the first host that keys archived branches (``deleted: true``, no blocks: ``export.withheld``) comes
 over with no blocks and tombstoned (a ``tombstone`` record after it, which the writer writes only with the
 message's first line), and as a branch's root it joins that branch's ``deleted`` ids. Tombstone lines
@@ -38,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from store.artifacts import OPS
 from store.interchange.importers.carried import CARRIED, CarriedLines
 from store.interchange.importers.common import (
     Archived,
@@ -61,7 +64,7 @@ from store.interchange.importers.common import (
     to_ms,
 )
 from store.interchange.origin_history import SPAWN_KEYS
-from store.revisions import REVISION, REVISION_LIVE, ROOTS, family_of, roots_field, roots_of, stamp_of
+from store.revisions import ARTIFACT, REVISION, REVISION_LIVE, ROOTS, family_of, roots_field, roots_of, stamp_of
 from store.rules import TURN_ENDED, is_absolute_path, path_problem
 from store.tombstones import TOMBSTONE
 from store.transcripts.records import ROLES, Root, root_line, root_named
@@ -202,6 +205,16 @@ def _lines(path: Path, reader: LineReader, file: FileReport, emitter: Emitter, c
                 turns[turn["id"]] = turn
             else:
                 file.skipped["turn(over limit)"] += 1
+        elif kind == ARTIFACT:
+            row = _artifact(rec, sid)
+            if row is None:
+                file.unknown["artifact(invalid)"] += 1
+            elif len(archived.artifacts) < ctx.limits.max_messages or row["path"] in archived.artifacts:
+                held = archived.artifacts.get(row["path"])
+                if held is None or row["updatedAt"] >= held["updatedAt"]:
+                    archived.artifacts[row["path"]] = row
+            else:
+                file.skipped["artifact(over limit)"] += 1
         elif kind in CARRIED:
             carried.line(rec)
         elif kind in SKIPPED:
@@ -376,6 +389,19 @@ def _revision(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
     if kept:
         out["compactions"] = [{**c, "type": "compaction"} for c in kept]
     return out
+
+
+def _artifact(rec: Mapping[str, Any], sid: str) -> dict[str, Any] | None:
+    """An exported artifact row (``store.artifacts.session_rows``) as the copy carries it, its turn namespaced as
+    the copy's turn rows are (None: not a row the copy could list: a path that is not absolute or holds a NUL,
+    an op outside its set, a time that is no Unix ms). The path is kept as the export names it, as its lines'
+    roots are (the same absolute paths the session lists)."""
+    path, op, turn, at = rec.get("path"), rec.get("op"), rec.get("turnId"), rec.get("updatedAt")
+    if not isinstance(path, str) or not is_absolute_path(path) or "\x00" in path or op not in OPS:
+        return None
+    if type(at) is not int or not 0 <= at <= INT64_MAX or not (turn is None or isinstance(turn, str) and turn):
+        return None
+    return {"path": path, "op": op, "turnId": None if turn is None else join_id(sid, turn), "updatedAt": at}
 
 
 def _count(value: object) -> int | None:
