@@ -587,9 +587,9 @@ async def carry_artifacts(ctx: SessionContext, plan: RewritePlan) -> None:
     memo = ctx.cache.get(CARRIED_ARTIFACTS)
     known: dict[str, artifacts.Carried] | None = memo if isinstance(memo, dict) else None
     sid, path, faults = ctx.sid, ctx.paths.revisions, ctx.faults
-    lines = list(zip(plan.messages, plan.message_roots or [None] * len(plan.messages), strict=True))
 
     def carry(conn: Any) -> dict[str, artifacts.Carried]:
+        lines = list(zip(plan.messages, plan.message_roots or [None] * len(plan.messages), strict=True))
         held = known if known is not None else artifacts.carried_of(read_revisions(path).artifacts)
         rows = artifacts.rows_to_carry(conn, sid, lines, held)
         if rows:
