@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient
-from tests.acceptance.outsiderkit import drop_database, real_host, say, write_tool
+from tests.acceptance.outsiderkit import drop_database, killed_during, real_host, say, write_tool
 
 
 async def _listed(c: HostClient, sid: str) -> list[dict[str, Any]]:
@@ -235,6 +235,38 @@ async def test_the_rows_an_older_hosts_header_carries_are_listed_and_carried_on_
             assert await _listed(c, sid) == want
             proc.kill9()
         assert b'"artifacts"' not in (sessions / f"{sid}.jsonl").read_bytes().split(b"\n", 1)[0]
+        drop_database(data)
+        async with real_host(data) as (_proc, c):
+            assert await _listed(c, sid) == want
+
+
+async def test_a_cut_killed_after_carrying_its_rows_carries_them_once_when_retried(tmp_path: Path) -> None:
+    """The rows go to the revisions file before the transcript is replaced: a host killed between the two
+    (``revisions.after_write``) leaves the transcript whole and the rows carried; the retried cut finds them
+    carried (no second line), and a rebuild lists what the live host did."""
+    ws, data = tmp_path / "ws", tmp_path / "data"
+    ws.mkdir()
+    data.mkdir()
+    revisions = data / "sessions" / "cut-kill.revisions.jsonl"
+    with trio.fail_after(120):
+        async with real_host(data) as (proc, c):
+            sid = str((await c.call("session.create", {"projectPath": str(ws), "sessionId": "cut-kill"}))["id"])
+            await say(c, sid, "u1", "write x")
+            await _append(c, sid, write_tool("w1", "x.md"))
+            want = await _listed(c, sid)
+            kept = [m for m in (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
+                    if m["id"] != "w1"]
+            proc.kill9()
+        cut = ("session.replaceMessages", {"sessionId": sid, "messages": kept})
+        await killed_during(data, "revisions.after_write:1:kill", [cut])
+        assert [json.loads(line)["path"] for line in revisions.read_text().splitlines()] == [f"{ws}/x.md"]
+        async with real_host(data) as (proc, c):
+            got = await c.call("session.get", {"sessionId": sid, "full": True})
+            assert [m["id"] for m in got["messages"]] == ["u1", "w1"]  # the rewrite never happened
+            await c.call(*cut)
+            assert await _listed(c, sid) == want
+            proc.kill9()
+        assert len(revisions.read_text().splitlines()) == 1
         drop_database(data)
         async with real_host(data) as (_proc, c):
             assert await _listed(c, sid) == want
