@@ -151,8 +151,9 @@ async def _all_listed(c: HostClient, sid: str) -> list[dict[str, Any]]:
 async def test_more_files_than_a_header_holds_stay_listed_after_a_cut_and_a_rebuild(tmp_path: Path) -> None:
     """300 files written, each line then cut by a ``replaceMessages``: more rows than the 256 (and over the 64
     KiB) a rewritten header carried. The live host lists them all, and so does an index rebuilt after the
-    database is lost (before: the newest 256, the 44 older files gone). A second cut carries no row twice: the
-    revisions file holds one ``artifact`` line per row the cuts took the line of, and the header stays small."""
+    database is lost (before: 188 of the 301, the newest within the header's 64 KiB). A second cut carries no
+    row twice: the revisions file holds one ``artifact`` line per row the cuts took the line of, and the header
+    stays small."""
     ws, data = tmp_path / "ws", tmp_path / "data"
     ws.mkdir()
     data.mkdir()
