@@ -87,6 +87,7 @@ import os
 import re
 import secrets
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,11 @@ __all__ = [
     "REF_ORIGINS",
     "Scan",
     "evicted_marks",
+    "LostBlobs",
+    "PresentBlobs",
+    "reader_memo",
+    "lost_blobs",
+    "quoted_refs",
     "mark_evicted",
     "mark_evicted_blocks",
     "scan_references",
@@ -644,8 +650,21 @@ MAX_LISTED_REFS = 200
 def bytes_gone(conn: sqlite3.Connection, sha: str) -> bool:
     """Whether the blob's file is missing from ``attachments/`` beside ``conn``'s database (as the GC tells a
     lost blob: no entry of that name, :func:`missing_bytes`). False for a database in memory (no folder)."""
+    return bool(lost_blobs(conn, (validate_sha(sha),)))
+
+
+def lost_blobs(conn: sqlite3.Connection, shas: Iterable[str]) -> set[str]:
+    """Those of ``shas`` whose file is missing from ``attachments/`` beside ``conn``'s database (deleted by hand
+    or lost; the next GC marks their rows, :func:`missing_bytes`): one ``lstat`` per distinct blob. Empty for a
+    database in memory (no folder). A read marks their blocks evicted as it marks an evicted blob's."""
+    wanted = set(shas)
+    if not wanted:
+        return set()
     folder = database_folder(conn)
-    return folder is not None and not os.path.lexists(os.path.join(folder, ATTACHMENTS_DIR, validate_sha(sha)))
+    if folder is None:
+        return set()
+    base = os.path.join(folder, ATTACHMENTS_DIR)
+    return {sha for sha in wanted if not os.path.lexists(os.path.join(base, sha))}
 
 
 def record_ref(conn: sqlite3.Connection, sha: str, session_id: str, message_id: str | None, now_ms: int) -> bool:
@@ -696,10 +715,19 @@ class Estimate:
                 "warning": self.warning, "blobs": self.blobs}
 
 
-def estimate(conn: sqlite3.Connection, budget: int | None = None) -> Estimate:
+def estimate(conn: sqlite3.Connection, budget: int | None = None, *, check_bytes: bool = False) -> Estimate:
+    """Usage of the live blobs. ``check_bytes`` (``attachments.estimate``): without the live rows whose file is
+    gone (deleted by hand or lost; the next GC marks them, :func:`missing_bytes`), checked as a read checks them
+    (:class:`LostBlobs`: one folder listing, or none while the reader's memo holds). The GC marks those rows
+    before it estimates: it needs no check."""
     used, count = conn.execute(
         "SELECT COALESCE(SUM(size_bytes), 0), COUNT(*) FROM attachment_blobs WHERE deletion_state = 'live'"
     ).fetchone()
+    if check_bytes and count:
+        sizes = dict(conn.execute("SELECT sha256, size_bytes FROM attachment_blobs WHERE deletion_state = 'live'"))
+        for sha in LostBlobs(conn, reader_memo(conn))(sizes):
+            used -= int(sizes[sha])
+            count -= 1
     return Estimate(int(used), budget if budget is not None else budget_bytes(conn), int(count))
 
 
@@ -797,7 +825,9 @@ class Scan:
 _FILE_ORIGINS = ((".revisions.jsonl", "revision"), (".inflight.json", "checkpoint"), (".jsonl", "transcript"))
 
 
-def _shas(blob: bytes) -> set[str]:
+def quoted_refs(blob: bytes | memoryview) -> set[str]:
+    """The blobs (sha256) every ``"attachments/<sha256>"`` in these JSON bytes names (as the GC's scan reads
+    them: a quote escaped inside a string does not count)."""
     return {m.group(1).decode() for m in _QUOTED_REF_RE.finditer(blob)}
 
 
@@ -827,7 +857,7 @@ def _line_refs(line: bytes, sid: str, origin: str) -> Iterator[Ref]:
         if not isinstance(msg, dict):
             continue
         mid = msg.get("id") if isinstance(msg.get("id"), str) else None
-        for sha in _shas(orjson.dumps(msg) if origin == "revision" else line):
+        for sha in quoted_refs(orjson.dumps(msg) if origin == "revision" else line):
             yield sha, sid, mid, origin
 
 
@@ -916,7 +946,7 @@ def queue_references(conn: sqlite3.Connection) -> set[Ref]:
     """References held by queued turns' ``attachments_json`` (seed 003 §4.6b)."""
     return {(sha, sid, eid, "queue") for eid, sid, blob in conn.execute(
         "SELECT id, session_id, attachments_json FROM turn_queue WHERE attachments_json LIKE '%attachments/%'")
-        for sha in _shas(blob.encode())}
+        for sha in quoted_refs(blob.encode())}
 
 
 def sync_derived_refs(conn: sqlite3.Connection, found: set[Ref], now_ms: int, *, full: bool,
@@ -979,7 +1009,9 @@ _REF_TEXT_RE = re.compile(r"attachments/([0-9a-f]{64})")
 
 
 def evicted_marks(conn: sqlite3.Connection, sid: str, first_seq: int, last_seq: int) -> dict[int, frozenset[str]]:
-    """seq → the evicted refs (``attachments/<sha>``) of the session's messages in ``first_seq..last_seq``."""
+    """seq → the evicted refs (``attachments/<sha>``) of the session's messages in ``first_seq..last_seq``.
+    A blob whose file is gone though no GC marked it yet has no mark here: :class:`LostBlobs` finds it in the
+    window's bytes."""
     out: dict[int, set[str]] = {}
     for seq, sha in conn.execute(
             # a line whose id another session held is indexed as {sessionId}:{id} (D444): either spelling
@@ -989,6 +1021,115 @@ def evicted_marks(conn: sqlite3.Connection, sid: str, first_seq: int, last_seq: 
             (sid, first_seq, last_seq)):
         out.setdefault(int(seq), set()).add(ref_for(sha))
     return {seq: frozenset(refs) for seq, refs in out.items()}
+
+
+REF_MARKER = b'"attachments/'
+"""What every line holding a blob reference contains (a cheap test before :func:`quoted_refs`)."""
+
+
+class PresentBlobs:
+    """The blobs a connection's earlier reads found in ``attachments/``, kept while the folder is unchanged:
+    its ``(device, inode, mtime, ctime)`` are the same (deleting, adding or renaming a file in it changes its
+    mtime and ctime; ctime cannot be set back by hand) and were already :data:`SETTLE_NS` old when the names
+    were checked (a change within the same timestamp tick as an earlier one would not show). Only presence is
+    kept: a blob found missing is checked again by every read. ``ReaderConnection.blobs_memo``."""
+
+    def __init__(self) -> None:
+        self.stamp: tuple[int, int, int, int] | None = None
+        self.names: set[str] = set()
+
+
+SETTLE_NS = 2_000_000_000
+"""How old the folder's last change must be before what a read found in it is kept for later reads."""
+_LIST_OVER = 64
+"""More names than this to check at once (``attachments.estimate``): one listing of the folder, not a
+``lstat`` each."""
+
+
+class LostBlobs:
+    """For one read: which blobs, of those it asks about, have a ``live`` row but no file (deleted by hand or
+    lost; the next GC marks them, :func:`missing_bytes`). Each distinct blob is checked once per read (one
+    ``lstat``; one folder listing for more than :data:`_LIST_OVER` at once), none when ``memo``
+    (:class:`PresentBlobs`, the read connection's) already saw it in an unchanged folder: then a read costs one
+    ``stat`` of the folder. The row is read only for a blob whose file is missing. A block referring to one
+    reads ``"evicted": true``, as a block of an evicted blob does."""
+
+    def __init__(self, conn: sqlite3.Connection, memo: PresentBlobs | None = None) -> None:
+        self._conn = conn
+        self._memo = memo
+        self._known: dict[str, bool] = {}
+        """sha → lost (this read's answers)."""
+        self._base: str | None = None
+        self._seen: set[str] | None = None
+        """The names known present: the memo's when the folder is unchanged and settled, else this read's."""
+
+    def __call__(self, shas: Iterable[str]) -> set[str]:
+        wanted = set(shas)
+        new = [sha for sha in wanted if sha not in self._known]
+        if new:
+            missing = self._missing(new)
+            for sha in new:
+                self._known[sha] = False
+            if missing:
+                for sha in _live(self._conn, missing):
+                    self._known[sha] = True
+        return {sha for sha in wanted if self._known[sha]}
+
+    def _missing(self, shas: list[str]) -> list[str]:
+        if self._seen is None:
+            folder = database_folder(self._conn)
+            if folder is None:  # a database in memory: no blob folder to check
+                return []
+            self._base = os.path.join(folder, ATTACHMENTS_DIR)
+            self._seen = self._start(self._base)
+        seen, base = self._seen, self._base
+        assert base is not None
+        todo = [sha for sha in shas if sha not in seen]
+        if len(todo) > _LIST_OVER:
+            try:
+                names = set(os.listdir(base))
+            except FileNotFoundError:
+                names = set()
+            seen.update(sha for sha in todo if sha in names)
+        else:
+            seen.update(sha for sha in todo if os.path.lexists(os.path.join(base, sha)))
+        return [sha for sha in todo if sha not in seen]
+
+    def _start(self, base: str) -> set[str]:
+        memo = self._memo
+        try:
+            st = os.stat(base)
+        except FileNotFoundError:
+            if memo is not None:
+                memo.stamp, memo.names = None, set()
+            return set()
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        settled = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= SETTLE_NS
+        if memo is None or not settled:
+            if memo is not None:
+                memo.stamp, memo.names = None, set()
+            return set()
+        if memo.stamp != stamp:
+            memo.stamp, memo.names = stamp, set()
+        return memo.names
+
+
+def reader_memo(conn: sqlite3.Connection) -> PresentBlobs | None:
+    """``conn``'s :class:`PresentBlobs` when it is a pooled reader (``store.indexing.database.ReaderConnection``,
+    which imports this module: read by name), else None."""
+    memo = getattr(conn, "blobs_memo", None)
+    return memo if isinstance(memo, PresentBlobs) else None
+
+
+def _live(conn: sqlite3.Connection, shas: Iterable[str]) -> set[str]:
+    ordered = sorted(shas)
+    out: set[str] = set()
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start:start + 500]
+        out.update(r[0] for r in conn.execute(
+            f"SELECT sha256 FROM attachment_blobs WHERE deletion_state = 'live' "
+            f"AND sha256 IN ({','.join('?' * len(chunk))})", chunk))
+    return out
 
 
 def mark_evicted(value: Any, refs: frozenset[str], _depth: int = 0) -> Any:
@@ -1033,7 +1174,9 @@ def blob_refs(value: Any) -> set[str]:
 
 
 def mark_evicted_blocks(conn: sqlite3.Connection, value: T) -> T:
-    """Mark (in place) every block of ``value`` whose blob is evicted or being evicted: ``"evicted": true``.
+    """Mark (in place) every block of ``value`` whose blob is evicted, being evicted, or whose bytes are gone
+    though its row is ``live`` (deleted by hand or lost, not yet marked by a GC: :func:`lost_blobs`, one
+    ``lstat`` per distinct live blob): ``"evicted": true``.
 
     For reads that are not transcript windows (``session.context``, the turn
     queue): a blob leaves ``live`` in the transaction that marks its references
@@ -1045,12 +1188,15 @@ def mark_evicted_blocks(conn: sqlite3.Connection, value: T) -> T:
     if not shas:
         return value
     gone: set[str] = set()
+    live: set[str] = set()
     ordered = sorted(shas)
     for start in range(0, len(ordered), 500):
         chunk = ordered[start:start + 500]
-        gone.update(r[0] for r in conn.execute(
-            f"SELECT sha256 FROM attachment_blobs WHERE deletion_state != 'live' "
-            f"AND sha256 IN ({','.join('?' * len(chunk))})", chunk))
+        for sha, state in conn.execute(
+                f"SELECT sha256, deletion_state FROM attachment_blobs "
+                f"WHERE sha256 IN ({','.join('?' * len(chunk))})", chunk):
+            (live if state == "live" else gone).add(sha)
+    gone |= lost_blobs(conn, live)
     if gone:
         mark_evicted(value, frozenset(ref_for(sha) for sha in gone))
     return value

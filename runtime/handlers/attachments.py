@@ -132,7 +132,8 @@ def get(ctx: ReadContext, p: m.AttachmentsGetParams) -> Any:
 
 
 def estimate(ctx: ReadContext, p: m.AttachmentsEstimateParams) -> Any:
-    return attachments.estimate(ctx.conn).to_wire()
+    """Usage of the blobs whose bytes are here (a blob file deleted by hand no longer counts, GC or not)."""
+    return attachments.estimate(ctx.conn, check_bytes=True).to_wire()
 
 
 async def gc(ctx: HostContext, p: m.AttachmentsGcParams, key: ReceiptKey | None) -> Any:

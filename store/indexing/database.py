@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
+from store.attachments import PresentBlobs
 from store.errors import CorruptData, IOFailure, StorageFull, StoreError, UnsupportedSQLite, classify_os_error
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, remove_file_durable
@@ -617,15 +618,19 @@ class ReaderConnection(sqlite3.Connection):
     ``spans_memo``: window spans (``index.window_spans`` rows) this connection read, by ``(session id,
     start, end)``, valid only at the database version ``spans_version`` (``PRAGMA data_version``, which
     changes with every commit of another connection; a reader commits nothing). ``windows.read_cold``
-    keeps and uses it within one read snapshot, whose version it asks first."""
+    keeps and uses it within one read snapshot, whose version it asks first. ``blobs_memo``: see below."""
 
     spans_version: int | None
     spans_memo: dict[tuple[str, int, int], list[Any]]
+    blobs_memo: PresentBlobs
+    """The blob files this connection's reads found, kept while their folder is unchanged
+    (``store.attachments.reader_memo``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.spans_version = None
         self.spans_memo = {}
+        self.blobs_memo = PresentBlobs()
 
 
 def open_reader(db_path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
-from store.attachments import mark_evicted
+from store.attachments import REF_MARKER, mark_evicted, quoted_refs
 from store.compaction import normalize_on_read
 from store.errors import CorruptData
 from store.fsutil import open_nofollow
@@ -58,6 +58,9 @@ DELETED: Final = 3
 TURN: Final = 4
 WIRE: Final = 5
 CRC: Final = 6
+
+Lost = Callable[[set[str]], set[str]]
+"""Of the blobs (sha256) a window's bytes name, those whose file is gone (``store.attachments.LostBlobs``)."""
 
 _HAS_TURN = 1  # wire_cut flags (low bits): the line has its own top-level turnId
 _CLOSE_META = 2  # only the receipt was cut out of meta: close meta again
@@ -165,15 +168,18 @@ def encode_window(path: Path, session: Mapping[str, Any], rows: Sequence[Row], c
                   *, start: int, end: int, total: int, content_limit: int | None,
                   target_pos: int | None = None,
                   evicted: Mapping[int, frozenset[str]] | None = None,
-                  fd: int | None = None, cut_target: bool = False) -> tuple[bytes, dict[str, Any] | None]:
+                  fd: int | None = None, cut_target: bool = False,
+                  lost: Lost | None = None) -> tuple[bytes, dict[str, Any] | None]:
     """The whole ``session.get`` result as JSON, and the projected ``messageAround`` target (if any).
 
     ``evicted``: seq → evicted attachment refs its line holds (``store.attachments.evicted_marks``);
-    those lines take the parsing path and their referring blocks read back marked. ``fd``: ``path``
+    those lines take the parsing path and their referring blocks read back marked. ``lost``: which of the
+    blobs the window's bytes name are gone though no GC marked them (``store.attachments.LostBlobs``); the
+    lines naming one are marked as ``evicted`` ones. ``fd``: ``path``
     open already (the caller closes it); otherwise it is opened here for the read. ``cut_target``: the
     ``messageAround`` target is capped like any message (its line alone is over the page's budget)."""
     pieces: list[Any] = [b'{"session":', orjson.dumps(dict(session)), b',"messages":[']
-    target = _encode_messages(pieces, path, rows, content_limit, target_pos, evicted or {}, fd, cut_target)
+    target = _encode_messages(pieces, path, rows, content_limit, target_pos, evicted or {}, fd, cut_target, lost)
     compactions = [wire_record(normalize_on_read(_loads_or_corrupt(b))) for b in compaction_lines]
     tail = orjson.dumps({
         "compactions": compactions, "messageStart": start, "messageEnd": end,
@@ -191,9 +197,11 @@ def with_field(reply: bytes, key: str, value: Any) -> bytes:
 
 def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content_limit: int | None,
                      target_pos: int | None, evicted: Mapping[int, frozenset[str]],
-                     given: int | None = None, cut_target: bool = False) -> dict[str, Any] | None:
+                     given: int | None = None, cut_target: bool = False,
+                     lost: Lost | None = None) -> dict[str, Any] | None:
     """Append the messages' pieces (comma-separated) to ``pieces``; the projected target, if any.
-    ``given``: ``path`` open already (left open)."""
+    ``given``: ``path`` open already (left open). ``lost``: as in :func:`encode_window`, asked once per run of
+    bytes that names a blob (one ``bytes in`` test per run otherwise)."""
     if not rows:
         return None
     target: dict[str, Any] | None = None
@@ -215,13 +223,20 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
         for lo, hi, base, size in _runs(rows):
             buf = _pread_exactly(fd, size, base, name)
             view = memoryview(buf)  # slices of it are not copies: the reply's join copies each byte once
+            if lost is not None and REF_MARKER in buf and (gone := lost(quoted_refs(buf))):
+                evicted = _with_lost(evicted, rows[lo:hi], buf, base, gone)
+                any_evicted = True
             for row in rows[lo:hi] if lo or hi < len(rows) else rows:
                 seq, offset, length, deleted, turn, wire, crc = row
                 begin = offset - base
                 if 0 <= begin and begin + length <= size:
                     span = view[begin:begin + length]
                 else:  # not in the run's bytes (a line out of seq order, which the host never writes): alone
-                    span = memoryview(_pread_exactly(fd, length, offset, name))
+                    alone = _pread_exactly(fd, length, offset, name)
+                    span = memoryview(alone)
+                    if lost is not None and REF_MARKER in alone and (gone := lost(quoted_refs(alone))):
+                        evicted = _with_lost(evicted, [row], alone, offset, gone)
+                        any_evicted = True
                 # the fast path: a described line, its bytes intact, shown whole (a whole-history read
                 # takes it for every line: the loop is kept to what it must check)
                 if (wire is not None and not deleted and seq != no_target and (cap is None or length <= cap)
@@ -245,6 +260,22 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
         if given is None:
             os.close(fd)
     return target
+
+
+def _with_lost(evicted: Mapping[int, frozenset[str]], rows: Sequence[Row], buf: bytes, base: int,
+               gone: set[str]) -> dict[int, frozenset[str]]:
+    """``evicted`` and, for each row whose line (in ``buf``, read from offset ``base``) names a ``gone`` blob,
+    that blob's ref."""
+    out = dict(evicted)
+    needles = [(f"attachments/{sha}", f'"attachments/{sha}"'.encode()) for sha in sorted(gone)]
+    for row in rows:
+        begin = row[OFFSET] - base
+        if begin < 0 or begin + row[LENGTH] > len(buf):
+            continue  # read alone: checked there
+        refs = {ref for ref, needle in needles if buf.find(needle, begin, begin + row[LENGTH]) >= 0}
+        if refs:
+            out[row[SEQ]] = out.get(row[SEQ], frozenset()) | refs
+    return out
 
 
 def _loads_or_corrupt(blob: bytes) -> dict[str, Any]:

@@ -175,7 +175,8 @@ def read_warm(conn: sqlite3.Connection, sid: str, path: Path, total: int, req: W
     evicted = attachments.evicted_marks(conn, sid, rows[0][0], rows[-1][0]) if rows and present.evicted else None
     w.reply, w.target = encode_window(path, summary, rows, lines, start=w.start, end=w.end,
                                       total=total, content_limit=req.content_limit, target_pos=w.target_pos,
-                                      evicted=evicted, fd=fd, cut_target=w.alone)
+                                      evicted=evicted, fd=fd, cut_target=w.alone,
+                                      lost=attachments.LostBlobs(conn, attachments.reader_memo(conn)))
     check_alone(w, req)
     turns = {r[4] for r in rows if r[4] is not None}
     if w.end >= total and present.turns:  # the newest window: also the turns that have no row yet (asked before

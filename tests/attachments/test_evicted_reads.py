@@ -192,3 +192,123 @@ async def test_a_reference_to_a_blob_whose_bytes_are_gone_is_refused(tmp_path: P
                 await c.call("attachments.ref", {"sha256": gone, "sessionId": sid, "messageId": "m1"})
             assert exc.value.data_code == "NOT_FOUND"
             assert (await c.call("attachments.get", {"sha256": gone}))["references"] == []
+
+
+async def _lose_one(c: HostClient, tmp_path: Path) -> tuple[str, str, str]:
+    """A session whose message, queued turn and streaming reply refer to two blobs; one blob's file is then
+    deleted by hand while the host runs (no GC). Returns (session, lost sha, kept sha)."""
+    sid = (await c.call("session.create", {"title": "lost"}))["id"]
+    lost, kept = await _put(c, b"l" * 3000), await _put(c, b"k" * 3000)
+    blocks = [{"type": "text", "text": "look"}, _att(lost), _att(kept)]
+    await c.call("session.appendMessage", {"sessionId": sid, "message": msg("u1", "look", blocks=blocks)})
+    await c.call("session.queuePush", {"sessionId": sid, "principal": "user", "content": "later",
+                                       "attachments": [_att(lost), _att(kept)], "permissionMode": "ask"})
+    await c.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+    await c.call("session.saveInflightMessage", {
+        "sessionId": sid, "turnId": "t1",
+        "message": {"id": "a1", "role": "assistant", "meta": {"status": "streaming"}, "blocks": blocks}})
+    (tmp_path / "attachments" / lost).unlink()
+    return sid, lost, kept
+
+
+def _marks(blocks: list[dict[str, Any]]) -> dict[str, bool]:
+    return {b["ref"].removeprefix("attachments/"): b.get("evicted", False) for b in blocks}
+
+
+async def test_a_blob_deleted_by_hand_reads_evicted_in_every_read_before_any_gc(tmp_path: Path) -> None:
+    """Seed 000 §2.3: a reference never points at missing bytes unmarked. A blob file deleted by hand (or
+    lost) while the host runs reads back at once, before any ``attachments.gc``, as ``attachments.get``
+    already answered it: ``"evicted": true`` on every block that refers to it in ``session.get`` (the
+    transcript window and the streaming reply), ``session.context`` and ``session.queueList``, and
+    ``attachments.estimate`` no longer counts it. They trusted the row (``live``) and served the block
+    unmarked, the estimate counting its 3000 bytes, until a GC ran. The GC then makes it a tombstone and
+    every read answers the same as before it; the blob whose bytes are there stays unmarked throughout."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            before = await c.call("attachments.estimate", {})
+            sid, lost, kept = await _lose_one(c, tmp_path)
+            want = {lost: True, kept: False}
+
+            async def reads() -> dict[str, Any]:
+                got = await c.call("session.get", {"sessionId": sid})
+                context = await c.call("session.context", {"sessionId": sid})
+                queue = await c.call("session.queueList", {"sessionId": sid})
+                return {"window": _marks(_blocks(got["messages"])),
+                        "inflight": _marks(_blocks([got["inflight"]["message"]])),
+                        "context": _marks(_blocks(context["messages"])),
+                        "queue": _marks(queue["entries"][0]["attachments"]),
+                        "estimate": await c.call("attachments.estimate", {})}
+
+            first = await reads()
+            assert {k: v for k, v in first.items() if k != "estimate"} == {
+                "window": want, "inflight": want, "context": want, "queue": want}
+            assert first["estimate"]["blobs"] == before["blobs"] + 1
+            assert first["estimate"]["usedBytes"] == before["usedBytes"] + 3000
+            await c.call("attachments.gc", {"activeSessionId": sid})
+            assert (await c.call("attachments.get", {"sha256": lost}))["deletionState"] == "evicted"
+            assert await reads() == first
+
+
+async def test_a_message_sent_with_a_blob_whose_bytes_are_gone_reads_evicted(tmp_path: Path) -> None:
+    """An append whose block refers to a blob deleted by hand is taken, as one referring to an evicted blob is
+    (README: the host does not require the blob to be stored; an edit or a regenerate copies an old message's
+    blocks), and its block reads back ``"evicted": true`` at once, not live until the next GC; the GC then
+    makes the row a tombstone and marks the new reference."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            lost = await _put(c, b"z" * 500)
+            (tmp_path / "attachments" / lost).unlink()
+            sent = msg("u2", "again", blocks=[{"type": "text", "text": "again"}, _att(lost)])
+            await c.call("session.appendMessage", {"sessionId": sid, "message": sent})
+            assert _marks(_blocks((await c.call("session.get", {"sessionId": sid}))["messages"])) == {lost: True}
+            await c.call("attachments.gc", {"activeSessionId": sid})
+            got = await c.call("attachments.get", {"sha256": lost})
+            assert got["deletionState"] == "evicted" and "evictedAt" in got
+            assert [r["evicted"] for r in got["references"]] == [True]
+            assert _marks(_blocks((await c.call("session.get", {"sessionId": sid}))["messages"])) == {lost: True}
+
+
+async def test_reads_check_each_blob_once_and_not_again_while_the_folder_is_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cost of the check above: a ``session.get`` page checks each distinct blob its lines name once
+    (50 messages, 5 blobs: 5 ``lstat``), and a later read on the same reader connection none while the
+    ``attachments/`` folder is unchanged and settled (``SETTLE_NS``, 2 s in production, 10 ms here); a file
+    deleted from it changes the folder, so the next read checks again and marks the block."""
+    import os
+
+    from store import attachments
+
+    monkeypatch.setattr(attachments, "SETTLE_NS", 10_000_000)
+    checked: list[str] = []
+    real = os.path.lexists
+
+    def counting(path: str) -> bool:
+        if os.path.dirname(path).endswith("attachments"):
+            checked.append(os.path.basename(path))
+        return real(path)
+
+    monkeypatch.setattr(attachments.os.path, "lexists", counting)
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            shas = [await _put(c, bytes([65 + i]) * 100) for i in range(5)]
+            for i in range(50):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                    f"u{i}", "look", blocks=[{"type": "text", "text": "look"}, _att(shas[i % 5])])})
+            await trio.sleep(0.05)  # the folder's last change (the puts) is older than SETTLE_NS
+            seen: list[list[str]] = []
+            for _ in range(3):
+                checked.clear()
+                got = await c.call("session.get", {"sessionId": sid, "messageLimit": 50})
+                assert len(got["messages"]) == 50 and not any(b.get("evicted") for b in _blocks(got["messages"]))
+                seen.append(sorted(checked))
+            # each distinct blob at most once a read; all five by the first read of each reader connection
+            assert all(len(s) == len(set(s)) for s in seen) and seen[0] == sorted(shas)
+            assert [] in seen[1:]  # a reader connection that read before checks nothing while the folder holds
+            await trio.sleep(0.05)
+            (tmp_path / "attachments" / shas[0]).unlink()
+            for _ in range(3):  # whichever reader connection serves it
+                got = await c.call("session.get", {"sessionId": sid, "messageLimit": 50})
+                assert {b["ref"]: b.get("evicted", False) for b in _blocks(got["messages"])} == {
+                    f"attachments/{sha}": sha == shas[0] for sha in shas}
