@@ -60,7 +60,9 @@ from __future__ import annotations
 
 import base64
 import bisect
+import hashlib
 import io
+import logging
 import os
 import re
 import secrets
@@ -95,6 +97,8 @@ from store.snapshots import is_secret_key, load_snapshot
 from store.transcripts.records import Root, root_line, root_named, wire_record
 from store.transcripts.session_files import REVISIONS_SUFFIX
 from store.transcripts.transcript import MAX_LINE_BYTES, bounded_lines, read_spans
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -831,6 +835,9 @@ def _write_blob(writer: _JsonlWriter, source: Carried, files: AttachmentFiles, s
             fd = None
         except OSError as exc:
             raise classify_os_error(exc, f"read attachment {sha}") from exc
+    if fd is not None and not _holds(fd, sha, files):
+        os.close(fd)  # its bytes were changed by hand: they are not this blob's, and are not carried as its
+        fd = None
     if fd is None:
         writer.carry({"type": "blob", "sha256": sha, "evicted": True})
         report.blobs_evicted += 1
@@ -856,6 +863,25 @@ def _write_blob(writer: _JsonlWriter, source: Carried, files: AttachmentFiles, s
     finally:
         os.close(fd)
     report.blobs += 1
+
+
+def _holds(fd: int, sha: str, files: AttachmentFiles) -> bool:
+    """Whether the blob file open at ``fd`` still hashes to its name (read through once, a part at a time; left
+    at its start). A file changed by hand (a digest mismatch: no read of the host verifies a blob's bytes
+    otherwise) is logged and exported as a blob this host does not hold."""
+    digest = hashlib.sha256()
+    try:
+        while chunk := os.read(fd, BLOB_CHUNK):
+            digest.update(chunk)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError as exc:
+        os.close(fd)
+        raise classify_os_error(exc, f"read attachment {sha}") from exc
+    if digest.hexdigest() == sha:
+        return True
+    logger.warning("attachment %s no longer hashes to its name (its bytes were changed outside the host): "
+                   "exported as a blob this host does not hold", files.path(sha))
+    return False
 
 
 REVIEW_LEFT_OUT = frozenset({"receipt", "restore"})

@@ -151,6 +151,28 @@ def test_a_blob_whose_bytes_do_not_match_its_name_is_refused_and_never_stored(ho
         two.conn.close()
 
 
+def test_a_blob_whose_file_was_changed_by_hand_is_exported_as_not_held(host1: Any, tmp_path: Path) -> None:
+    """A blob file whose bytes were changed by hand (same size: no read checks more than the file's presence)
+    was exported as it is, data that does not hash to the name its line gives (a copy by this host refused
+    it; any other reader took it). The export reads the bytes it carries: it checks them first and exports
+    a blob whose bytes are not its own as one this host does not hold, as an evicted blob."""
+    path = host1[2].path(png_sha())
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0xFF
+    path.write_bytes(bytes(data))
+    lines, report = export_lines(host1)
+    [blob] = [ln for ln in lines if ln["type"] == "blob"]
+    assert blob == {"type": "blob", "sha256": png_sha(), "evicted": True} and report.blobs_evicted == 1
+    assert report.blobs == 0
+    two = Host2(tmp_path / "two")
+    try:
+        rep = two.load(lines)
+        assert rep.status == "new" and two.blob_names() == []
+        assert two.evicted(rep.session_id) == {f"attachments/{png_sha()}"}
+    finally:
+        two.conn.close()
+
+
 def test_a_review_snapshot_whose_bytes_do_not_match_is_refused(host1: Any, tmp_path: Path) -> None:
     lines, _ = export_lines(host1)
     for ln in lines:
