@@ -237,7 +237,8 @@ class AttachmentBlock(_BlockDoc):
     size: int | None = Field(default=None, ge=0)
     evicted: bool | None = Field(
         default=None,
-        description="Set by the host when reading: the blob was evicted (seed 000 §2.3); never sent by clients "
+        description="Set by the host when reading: the blob was evicted (seed 000 §2.3), or its file is gone "
+        "though no attachments.gc evicted it yet (deleted by hand or lost); never sent by clients "
         "(a client's copy is dropped on the way in).",
     )
 

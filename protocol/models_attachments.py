@@ -100,7 +100,8 @@ class AttachmentReference(Result):
     session_id: SessionId
     message_id: str | None = Field(default=None, description="The message (or queue entry) holding the block.")
     origin: RefOrigin = Field(description="client (attachments.ref) or where the GC found it.")
-    evicted: bool = Field(description="Marked when the blob was evicted (before its bytes were deleted).")
+    evicted: bool = Field(description="Marked when the blob was evicted (before its bytes were deleted), or "
+                          "when its file is gone though no GC evicted it (deleted by hand or lost).")
 
 
 class AttachmentsGetResult(Result):
@@ -143,11 +144,12 @@ class AttachmentsEstimateParams(Params):
 
 
 class AttachmentsEstimate(Result):
-    used_bytes: Count
+    used_bytes: Count = Field(description="Bytes of the live blobs whose file is there (a blob file deleted by hand "
+                              "or lost no longer counts, before any attachments.gc).")
     budget_bytes: int = Field(ge=1, description="kv(app, attachmentBudgetBytes), default 200 MB.")
     percent: float = Field(ge=0)
     warning: bool = Field(description="True above 80 % of the budget.")
-    blobs: Count
+    blobs: Count = Field(description="How many blobs usedBytes counts.")
 
 
 class AttachmentsGcParams(MutatingParams):

@@ -289,7 +289,7 @@ export interface AttachmentBlock {
   ref: string;
   mimeType?: string | null;
   size?: number | null;
-  /** Set by the host when reading: the blob was evicted (seed 000 §2.3); never sent by clients (a client's copy is dropped on the way in). */
+  /** Set by the host when reading: the blob was evicted (seed 000 §2.3), or its file is gone though no attachments.gc evicted it yet (deleted by hand or lost); never sent by clients (a client's copy is dropped on the way in). */
   evicted?: boolean | null;
   /** Other keys are kept unchanged. */
   [key: string]: unknown;
@@ -302,17 +302,19 @@ export interface AttachmentReference {
   messageId?: string | null;
   /** client (attachments.ref) or where the GC found it. */
   origin: "client" | "transcript" | "revision" | "checkpoint" | "queue";
-  /** Marked when the blob was evicted (before its bytes were deleted). */
+  /** Marked when the blob was evicted (before its bytes were deleted), or when its file is gone though no GC evicted it (deleted by hand or lost). */
   evicted: boolean;
 }
 
 export interface AttachmentsEstimate {
+  /** Bytes of the live blobs whose file is there (a blob file deleted by hand or lost no longer counts, before any attachments.gc). */
   usedBytes: number;
   /** kv(app, attachmentBudgetBytes), default 200 MB. */
   budgetBytes: number;
   percent: number;
   /** True above 80 % of the budget. */
   warning: boolean;
+  /** How many blobs usedBytes counts. */
   blobs: number;
 }
 
