@@ -1037,6 +1037,8 @@ class PresentBlobs:
     def __init__(self) -> None:
         self.stamp: tuple[int, int, int, int] | None = None
         self.names: set[str] = set()
+        self.base: str | None = None
+        """The folder (beside the connection's database, which never moves: asked once)."""
 
 
 SETTLE_NS = 2_000_000_000
@@ -1077,10 +1079,16 @@ class LostBlobs:
 
     def _missing(self, shas: list[str]) -> list[str]:
         if self._seen is None:
-            folder = database_folder(self._conn)
-            if folder is None:  # a database in memory: no blob folder to check
-                return []
-            self._base = os.path.join(folder, ATTACHMENTS_DIR)
+            memo = self._memo
+            if memo is not None and memo.base is not None:
+                self._base = memo.base
+            else:
+                folder = database_folder(self._conn)
+                if folder is None:  # a database in memory: no blob folder to check
+                    return []
+                self._base = os.path.join(folder, ATTACHMENTS_DIR)
+                if memo is not None:
+                    memo.base = self._base
             self._seen = self._start(self._base)
         seen, base = self._seen, self._base
         assert base is not None

@@ -12,6 +12,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 
@@ -115,8 +116,6 @@ async def test_session_get_marks_the_streaming_reply_blocks_of_evicted_blobs(tmp
 async def test_session_export_marks_blocks_of_evicted_blobs(tmp_path: Path) -> None:
     """Seed 000 §2.3: "Eviction marks references before deleting bytes." An export (JSONL here) is a read of
     the transcript too: the block of an evicted blob is exported with ``"evicted": true``, a live one without."""
-    import orjson
-
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             gone_sid, keep_sid, gone, kept = await _evict_one(c)
@@ -233,7 +232,11 @@ async def test_a_blob_deleted_by_hand_reads_evicted_in_every_read_before_any_gc(
                 got = await c.call("session.get", {"sessionId": sid})
                 context = await c.call("session.context", {"sessionId": sid})
                 queue = await c.call("session.queueList", {"sessionId": sid})
+                exported = await c.call("session.export", {"sessionId": sid, "format": "jsonl"})
+                lines = [orjson.loads(line) for line in exported["content"].splitlines() if line.strip()]
                 return {"window": _marks(_blocks(got["messages"])),
+                        "export": _marks([b for rec in lines for b in rec.get("blocks", []) or []
+                                          if isinstance(b, dict) and b.get("type") == "attachment"]),
                         "inflight": _marks(_blocks([got["inflight"]["message"]])),
                         "context": _marks(_blocks(context["messages"])),
                         "queue": _marks(queue["entries"][0]["attachments"]),
@@ -241,7 +244,7 @@ async def test_a_blob_deleted_by_hand_reads_evicted_in_every_read_before_any_gc(
 
             first = await reads()
             assert {k: v for k, v in first.items() if k != "estimate"} == {
-                "window": want, "inflight": want, "context": want, "queue": want}
+                "window": want, "inflight": want, "context": want, "queue": want, "export": want}
             assert first["estimate"]["blobs"] == before["blobs"] + 1
             assert first["estimate"]["usedBytes"] == before["usedBytes"] + 3000
             await c.call("attachments.gc", {"activeSessionId": sid})
