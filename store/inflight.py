@@ -1,7 +1,8 @@
 """In-flight checkpoints (seed 003 §2.1, D299/D327) and their boot promotion.
 
 ``sessions/<id>.inflight.json`` holds the assistant reply currently streaming
-in a session as one ``{schema, sessionId, turnId, savedAt, message, crc32}`` object,
+in a session as one ``{schema, sessionId, turnId, savedAt, message, crc32}`` object
+(``savedAt`` an RFC 3339 time like every time in a file; integer ms from an earlier build still reads),
 replaced atomically (temp + fsync + rename + dirsync) on every save. ``crc32``
 (RELIABILITY rule 9) is the CRC-32 of the file's bytes before it, closed with
 ``}``: a checkpoint whose bytes changed on disk and still parse (a flipped bit
@@ -48,7 +49,7 @@ from store.indexing.database import disk_full
 from store.indexing.reconcile import apply_plan, plan_reconcile
 from store.jsonio import dumps_line, loads_line
 from store.rules import SESSION_ID_RE
-from store.transcripts.records import blocks_of, is_streaming
+from store.transcripts.records import blocks_of, is_streaming, ms_to_rfc3339, rfc3339_ms
 from store.transcripts.transcript import TranscriptWriter, read_spans
 
 SCHEMA = 1
@@ -93,7 +94,9 @@ _CRC_TAIL = re.compile(rb',"crc32":(\d{1,10})\}[ \t\r\n]*\Z')
 
 
 def encode(session_id: str, turn_id: str, saved_at_ms: int, message: Mapping[str, Any]) -> bytes:
-    body = {"schema": SCHEMA, "sessionId": session_id, "turnId": turn_id, "savedAt": saved_at_ms,
+    """The file's bytes. ``savedAt`` is spelled in RFC 3339 like every time in a file (seed 003 §2.1);
+    :class:`Checkpoint` and the wire keep integer ms."""
+    body = {"schema": SCHEMA, "sessionId": session_id, "turnId": turn_id, "savedAt": ms_to_rfc3339(saved_at_ms),
             "message": dict(message)}
     try:
         data = orjson.dumps(body)
@@ -145,8 +148,15 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint | None:
     if (body.get("schema") != SCHEMA or not isinstance(msg, dict) or not isinstance(msg.get("id"), str)
             or not isinstance(body.get("sessionId"), str) or not isinstance(body.get("turnId"), str)):
         raise CorruptData(f"checkpoint {os.fspath(path)} does not have the schema-{SCHEMA} shape")
-    saved = body.get("savedAt")
-    return Checkpoint(body["sessionId"], body["turnId"], saved if isinstance(saved, int) else 0, msg)
+    return Checkpoint(body["sessionId"], body["turnId"], _saved_at_ms(body.get("savedAt")), msg)
+
+
+def _saved_at_ms(value: object) -> int:
+    """The checkpoint's time in ms: an RFC 3339 string, or the integer ms an earlier build wrote; 0 when it
+    is neither (the time is informative only: nothing is refused for it)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return rfc3339_ms(value) or 0
 
 
 def checkpoint_message_id(path: str | os.PathLike[str]) -> str | None:

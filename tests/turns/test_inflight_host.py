@@ -9,6 +9,7 @@ from pathlib import Path
 
 import trio
 
+from store.transcripts.records import ms_to_rfc3339
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg
 from tests.turns.turnkit import assistant, end, new_session, rpc_error, start
 
@@ -44,7 +45,7 @@ async def test_save_replaces_the_checkpoint_atomically(tmp_path):
             assert await save(c, sid, "t1", assistant("a1", "partial and more", "streaming")) == {"saved": True}
             body = json.loads(ckpt(tmp_path, sid).read_bytes())
             assert body["schema"] == 1 and body["sessionId"] == sid and body["turnId"] == "t1"
-            assert isinstance(body["savedAt"], int)
+            assert isinstance(body["savedAt"], str)  # an RFC 3339 time, like every time in a file (below)
             assert body["message"]["id"] == "a1" and body["message"]["blocks"][0]["text"] == "partial and more"
             assert oct(os.stat(ckpt(tmp_path, sid)).st_mode & 0o777) == "0o600"
             assert [n for n in os.listdir(tmp_path / "sessions") if ".tmp." in n] == []
@@ -52,6 +53,24 @@ async def test_save_replaces_the_checkpoint_atomically(tmp_path):
             assert b"partial" not in (tmp_path / "sessions" / f"{sid}.jsonl").read_bytes()
             await index_caught_up(host)
             assert index_row(tmp_path, "a1") is None
+
+
+async def test_the_checkpoint_file_spells_its_time_in_rfc3339_and_an_older_integer_still_reads(tmp_path):
+    """Seed 003 §2.1: "Timestamps in files are RFC3339 wire spellings; the DB index keeps integer ms". The
+    checkpoint file is one of those files; the wire keeps integer ms (``savedAt`` in ``session.get``)."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await setup(c)
+            assert await save(c, sid, "t1", assistant("a1", "partial")) == {"saved": True}
+            body = json.loads(ckpt(tmp_path, sid).read_bytes())
+            wire = (await c.call("session.get", {"sessionId": sid}))["inflight"]["savedAt"]
+            assert isinstance(wire, int)
+            assert body["savedAt"] == ms_to_rfc3339(wire)
+            # a checkpoint an earlier build wrote (integer ms, no CRC) still reads with its time
+            older = {"schema": 1, "sessionId": sid, "turnId": "t1", "savedAt": 1785056701500,
+                     "message": assistant("a1", "older")}
+            ckpt(tmp_path, sid).write_bytes(json.dumps(older).encode())
+            assert (await c.call("session.get", {"sessionId": sid}))["inflight"]["savedAt"] == 1785056701500
 
 
 async def test_empty_message_is_a_no_op(tmp_path):

@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from runtime.client import ClientEvent, HostClient
-from store.inflight import Checkpoint, promoted_record
+from store.inflight import promoted_record, read_checkpoint
 from tests.dbkit import rows
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.turns.turnkit import assistant, end, new_session, rpc_error, start
@@ -140,13 +140,14 @@ async def test_recover_inflight_promotes_as_aborted_and_ends_the_running_turn(tm
             sid = await setup(c)
             await ui.subscribe(["turn.ended", "session.message"], session_id=sid)
             await save(c, sid, "t1", assistant("a1", "cut off mid"))
-            body = json.loads(ckpt(tmp_path, sid).read_bytes())
+            saved = read_checkpoint(ckpt(tmp_path, sid))
+            assert saved is not None
             result = await c.call("session.recoverInflight", {"sessionId": sid, "turnId": "t1"})
             assert result["action"] == "promoted" and result["message"]["id"] == "a1"
             assert result["turn"]["status"] == "aborted" and result["turn"]["errorCode"] == "SIDECAR_LOST"
             assert not ckpt(tmp_path, sid).exists()
             # exactly the record the boot sweep writes for the same checkpoint
-            expected = promoted_record(Checkpoint(sid, "t1", body["savedAt"], body["message"]), turn_completed=False)
+            expected = promoted_record(saved, turn_completed=False)
             page = await c.call("session.get", {"sessionId": sid})
             last = page["messages"][-1]
             assert {k: last[k] for k in expected if k != "meta"} == {k: v for k, v in expected.items() if k != "meta"}
