@@ -111,6 +111,42 @@ async def indexed_state(ctx: SessionContext, message_id: str) -> inflight.Indexe
     return inflight.line_state(blob)
 
 
+async def settle_ended_turns_leftover(ctx: SessionContext, turn_id: str) -> None:
+    """Before turn ``turn_id``'s reply can replace the session's one checkpoint file, settle a checkpoint
+    an ended turn left there as the boot sweep would (seed 003 §2.1, D327): a completed/error turn end keeps
+    a checkpoint whose final row never landed for the outbox or boot, and the next turn's first checkpoint
+    used to overwrite it, losing that reply. Promoted (``completed`` when its turn completed, else
+    ``aborted`` + ``interrupted``; a final arriving later replaces the promoted row), removed when its final
+    landed meanwhile, quarantined when unreadable. ``turn_id``'s own checkpoint, and one of a turn that may
+    still be running (a damaged status), are left alone."""
+    if await cached_checkpoint_id(ctx) is None:
+        return
+    paths, sid, now = ctx.paths, ctx.sid, ctx.now()
+    settlement = await ctx.io_with_reader(inflight.plan_settlement, sid, paths.inflight, paths.transcript)
+    cp = settlement.checkpoint
+    if cp is not None:
+        if cp.turn_id == turn_id:
+            return
+        status = await ctx.read(turns.turn_status, cp.turn_id)
+        if status is not None and status[2] == sid and status[0] not in turns.TERMINAL:
+            return
+    if settlement.action == "promote":
+        record = settlement.record
+        assert record is not None
+
+        def promote(conn: Any, ref: dict[str, Any]) -> dict[str, Any]:
+            inflight.record_promotion(conn, sid, settlement, now, reason="nextTurn")
+            return ref
+
+        await append_record(ctx, record, promote)
+        await remove(ctx)
+    elif settlement.action == "quarantine":
+        await ctx.io(inflight.quarantine_checkpoint, paths.inflight, ctx.services.data_dir.quarantine_dir, now)
+        ctx.cache[_KEY] = None
+    elif settlement.action == "remove":
+        await remove(ctx)
+
+
 async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | None) -> Any:
     ctx.refuse_if_storage_failed()  # RELIABILITY rule 7: a checkpoint is a write of the session's storage
     turn_id = p.turn_id
@@ -148,6 +184,8 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
     elif state == "absent" and not inflight.has_visible_content(rec):
         result = {"saved": False, "reason": "empty"}
     else:
+        if await cached_checkpoint_id(ctx) != rec["id"]:
+            await settle_ended_turns_leftover(ctx, turn_id)  # never replaced unsettled (startTurn did it first)
         path, sid, faults = ctx.paths.inflight, ctx.sid, ctx.faults
         ctx.cache[_KEY] = _UNKNOWN  # unknown until the replace is known to have happened
         await ctx.io(lambda: inflight.write_checkpoint(path, sid, turn_id, saved_at, rec, faults=faults))

@@ -1,7 +1,8 @@
 """Turns: ``session.startTurn`` (with its run environment snapshot), ``endTurn``, ``turnEnvironment``.
 
 Start and end are DB-only writes inside the session actor (one durable commit
-holding the effect and the receipt). ``endTurn`` settles the turn and, for
+holding the effect and the receipt); a new turn first settles a checkpoint an
+ended turn left behind, as boot would (its reply lands before this turn's). ``endTurn`` settles the turn and, for
 completed/error, inserts the notification and prunes to 200 in that same
 transaction; afterwards a completed/error end removes the in-flight
 checkpoint when its id is already indexed as a settled row (D327). A turn's
@@ -11,6 +12,7 @@ execution or a collaboration delivery it was running that it did not settle itse
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from actors.session_context import SessionContext
@@ -18,7 +20,7 @@ from protocol import models as m
 from runtime.context import ReadContext
 from runtime.handlers import inflight, queue, turn_aftermath
 from store import bindings, turns
-from store.errors import InvalidInput
+from store.errors import InvalidInput, StoreError
 from store.ids import new_id, remapped_message_id
 from store.indexing import index
 from store.jsonio import loads_line
@@ -27,6 +29,8 @@ from store.snapshots import bind_input, load_snapshot, prepare_input, prepare_sn
 from store.transcripts.transcript import read_spans
 
 __all__ = ["end_turn", "start_turn", "turn_environment", "verify_environment"]
+
+log = logging.getLogger("pi_host")
 
 
 def _clean(d: dict[str, Any]) -> dict[str, Any]:
@@ -60,6 +64,13 @@ async def start_turn(ctx: SessionContext, p: m.StartTurnParams, key: ReceiptKey 
     result = await ctx.commit(op)
     if created and created[0]:
         ctx.publish("turn.started", {"turn": result})
+        # the reply an ended turn left in the checkpoint file lands before this turn's can replace it; the
+        # turn is started whatever happens here (a failure leaves it to this turn's first checkpoint, or boot)
+        try:
+            await inflight.settle_ended_turns_leftover(ctx, turn_id)
+        except StoreError as exc:
+            log.warning("turn %s of session %s started; the checkpoint an ended turn left is not settled yet: %s",
+                        turn_id, sid, exc)
     return result
 
 

@@ -195,8 +195,10 @@ async def test_recover_inflight_only_removes_a_checkpoint_whose_final_row_landed
 
 
 async def test_recover_inflight_refuses_another_turns_checkpoint(tmp_path: Path) -> None:
+    # t2's start settles the checkpoint t1 left (boot's way) unless it cannot write it: a full disk there
     with trio.fail_after(30):
-        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+        async with inprocess_host(tmp_path, faults_spec="append.before_write:2:enospc") as host, \
+                client_for(host, "sidecar", kind="agent") as c:
             sid = await setup(c)
             await save(c, sid, "t1", assistant("a1", "reply"))
             await end(c, sid, "t1", "aborted")  # its checkpoint stays (one running turn per session)
@@ -205,6 +207,25 @@ async def test_recover_inflight_refuses_another_turns_checkpoint(tmp_path: Path)
             assert err.data_code == "CONFLICT" and err.data["turnId"] == "t1"
             assert ckpt(tmp_path, sid).exists()
             assert rows(tmp_path, "SELECT status FROM turns WHERE id = 't2'") == [("running",)]
+
+
+async def test_the_next_turn_settles_the_checkpoint_an_ended_turn_left_so_its_recovery_ends_it(
+        tmp_path: Path) -> None:
+    """A sidecar lost in t2 (the host calls recoverInflight for it when its connection goes) used to get
+    CONFLICT for t1's leftover and left t2 running; t2's start settled that leftover already."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host, "sidecar", kind="agent") as c:
+            sid = await setup(c)
+            await save(c, sid, "t1", assistant("a1", "reply"))
+            await end(c, sid, "t1", "aborted")
+            await start(c, sid, "t2")
+            assert not ckpt(tmp_path, sid).exists()
+            page = await c.call("session.get", {"sessionId": sid})
+            assert [(m["id"], m.get("meta", {}).get("status")) for m in page["messages"]] == [
+                ("u1", None), ("a1", "aborted")]
+            got = await c.call("session.recoverInflight", {"sessionId": sid, "turnId": "t2"})
+            assert got["action"] == "none" and got["turn"]["status"] == "aborted"
+            assert got["turn"]["errorCode"] == "SIDECAR_LOST"
 
 
 async def test_recover_inflight_quarantines_an_unreadable_checkpoint(tmp_path: Path) -> None:

@@ -293,3 +293,62 @@ async def test_a_checkpoint_an_earlier_build_wrote_without_a_crc_is_still_promot
             assert (await c.call("host.status", {}))["boot"]["inflight"]["promoted"] == 1
             got = (await c.call("session.get", {"sessionId": sid}))["messages"]
             assert [m["id"] for m in got] == ["u1", "a1"] and got[1]["blocks"][0]["text"] == "the reply so far"
+
+
+@pytest.mark.parametrize(("end_status", "settled_as"), [("completed", "completed"), ("error", "aborted")])
+async def test_the_next_turns_checkpoint_never_overwrites_the_reply_the_turn_before_left(
+        tmp_path, end_status, settled_as):
+    """Seed 003 §2.1/§5 (D327): a completed/error turn end keeps a checkpoint whose final row never
+    landed, for the outbox or boot to settle. The session has one checkpoint file, and the next turn's
+    first checkpoint replaced it: the reply was gone (boot promoted only the new turn's), the transcript
+    answered ``u1`` with nothing. Now the next turn's start settles the leftover as boot would (the
+    order a restart between the turns gives), and a checkpoint never replaces one an ended turn left."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            await start(c, sid, "t1")
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
+                                                         "message": assistant("a1", "the reply so far", "streaming")})
+            await end(c, sid, "t1", end_status)  # its final row never lands: the checkpoint is kept (D327)
+            await start(c, sid, "t2")
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t2", "message": msg("u2", "again")})
+            saved = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t2",
+                                                                 "message": assistant("a2", "second reply")})
+            assert saved == {"saved": True}
+            page = await c.call("session.get", {"sessionId": sid})
+            assert [m["id"] for m in page["messages"]] == ["u1", "a1", "u2"]  # settled when t2 started
+            a1 = page["messages"][1]
+            assert a1["blocks"][0]["text"] == "the reply so far" and a1["turnId"] == "t1"
+            assert a1["meta"]["status"] == settled_as and a1["meta"]["recoveredFrom"] == "inflight"
+            assert page["inflight"]["message"]["id"] == "a2"
+            audit = db_rows(tmp_path, "SELECT payload_json FROM audit_log WHERE kind = 'inflight_promoted'")
+            assert [json.loads(p)["messageId"] for (p,) in audit] == ["a1"]
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            page = await c.call("session.get", {"sessionId": sid})
+            assert [(m["id"], m["meta"]["status"]) for m in page["messages"] if m["role"] == "assistant"] == [
+                ("a1", settled_as), ("a2", "aborted")]
+
+
+async def test_a_checkpoint_never_replaces_the_reply_an_ended_turn_left_even_when_the_start_could_not_settle_it(
+        tmp_path):
+    """The same leftover, when the next turn's start could not write it (a full disk there): that turn is
+    started all the same (its answer says so), and its first checkpoint settles the leftover first."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path, faults_spec="append.before_write:2:enospc") as host, \
+                client_for(host) as c:
+            sid = await new_session(c)
+            await start(c, sid, "t1")
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
+                                                         "message": assistant("a1", "the reply so far", "streaming")})
+            await end(c, sid, "t1", "completed")
+            assert (await start(c, sid, "t2"))["status"] == "running"  # started, though a1 could not be written
+            assert json.loads(ckpt(tmp_path, sid).read_bytes())["message"]["id"] == "a1"  # still there
+            saved = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t2",
+                                                                 "message": assistant("a2", "second reply")})
+            assert saved == {"saved": True}
+            page = await c.call("session.get", {"sessionId": sid})
+            assert [(m["id"], m["meta"]["status"]) for m in page["messages"] if m["role"] == "assistant"] == [
+                ("a1", "completed")]
+            assert page["inflight"]["message"]["id"] == "a2"
