@@ -44,7 +44,7 @@ from store.fence import (
     retention,
 )
 from store.fsutil import sweep_temp_files
-from store.indexing.backlog import CATCH_UP_STEP_BYTES, Backlog, Steps, run_steps
+from store.indexing.backlog import CATCH_UP_STEP_BYTES, WAL_BOUND_BYTES, Backlog, Steps, run_steps, wal_bytes
 from store.indexing.corruption import is_corruption
 from store.indexing.cursors import renew_index_identity
 from store.indexing.database import (
@@ -67,6 +67,7 @@ from store.indexing.salvage import SalvageReport, quarantined_main_file, salvage
 from store.indexing.salvage import clear_pending as clear_salvage
 from store.indexing.salvage import mark_pending as mark_salvage
 from store.indexing.salvage import pending_source as pending_salvage
+from store.indexing.wal_fold import close_unfolded, fold_or_refuse, fold_wal
 from store.inflight import sweep as sweep_inflight
 from store.interchange.native_pi import sweep_fork_staging
 from store.plan_recovery import apply_recorded_approvals
@@ -334,6 +335,8 @@ def run_boot(
     )
     report["database"] = open_report.to_dict()
     try:
+        # a full disk's leftover WAL folded into the database before boot writes (or nothing written: refused)
+        report["walFold"] = fold_or_refuse(conn).to_dict()
         return _recover(conn, open_report, data_dir, report, t0=t0, boot_id=boot_id, faults=faults,
                         now_ms=now_ms, audit_retention_days=audit_retention_days,
                         inflight_sweep=inflight_sweep, clean_shutdown=clean_shutdown,
@@ -347,14 +350,31 @@ def run_boot(
             raise
         if not disk_full(exc):
             raise
-        # every step commits on its own: what ran stays done, the next boot (with room) goes on from there
-        close_writer(conn)
+        # every step commits on its own: what ran stays done, the next boot (with room) goes on from there; the
+        # WAL those commits grew is folded when the disk has room for it, so the failed boot keeps no more room
+        # than its commits hold
+        if _fold_quietly(conn):
+            close_writer(conn)
+        else:
+            close_unfolded(conn)  # no checkpoint into a full disk on closing either
         if isinstance(exc, StorageFull):
             raise
         if isinstance(exc, sqlite3.Error):
             raise sqlite_failure(exc, "recovering the data directory at boot") from exc
         assert isinstance(exc, OSError)
         raise classify_os_error(exc, "recovering the data directory at boot") from exc
+
+
+def _fold_quietly(conn: sqlite3.Connection) -> bool:
+    """A failed boot's last try to give its WAL back (:func:`fold_wal` when it fits; an error is logged, not
+    raised: the boot's own failure is what it reports); whether it was folded."""
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        return fold_wal(conn).folded
+    except (sqlite3.Error, OSError, ValueError) as exc:
+        log.info("a failed boot's WAL was not folded: %s", exc)
+        return False
 
 
 def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDir, report: dict[str, Any], *,
@@ -487,6 +507,8 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
                 continue
             with transaction(conn):
                 out = apply_plan(conn, sid, plan, now_ms=now)
+            if wal_bytes(conn) > WAL_BOUND_BYTES:
+                fold_wal(conn)  # the WAL starts over from nothing when the disk has room for that, else it waits
             reconciled["restoredRows"] += int(out["restoredRow"])
             reconciled["indexedMessages"] += out["indexed"]
             reconciled["removedRows"] += out["removed"]

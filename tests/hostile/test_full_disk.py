@@ -61,6 +61,28 @@ def small_disk(kind: str, where: Path, size_mb: int = 24) -> Iterator[Path]:
         disk.destroy()
 
 
+def fold_wal(db_path: Path) -> None:
+    """Copy the WAL of a host's index into its database and cut it to nothing (``wal_checkpoint(TRUNCATE)``,
+    beside a running host): a disk filled after it holds no WAL whose bytes a checkpoint could give back (boot
+    folds the WAL first; a stop's last checkpoint deletes it)."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert not busy
+    finally:
+        conn.close()
+
+
+def held_reader(db_path: Path) -> sqlite3.Connection:
+    """A read-only connection to a host's index that has read (the caller closes it): held across the host's
+    stop, the host's writer is not the last connection to close, so SQLite's checkpoint on closing the last one
+    does not delete the WAL and ``-shm``, whose bytes would make room on a disk filled before the stop (boot
+    folds the WAL into the database, so that checkpoint no longer needs room to grow the database)."""
+    conn = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    return conn
+
+
 def fill(path: Path) -> int:
     """Write until ENOSPC (down to single bytes); returns the bytes written."""
     written = 0
@@ -339,7 +361,9 @@ async def test_a_host_stopped_while_the_disk_is_full_stops_and_the_next_boot_che
             for n in range(3):
                 await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{n}", "kept")})
                 acked.append(f"m{n}")
+            reader = held_reader(data / "pi.sqlite")
             await trio.to_thread.run_sync(fill, mnt / "filler")
+        reader.close()
         assert not (data / "clean-shutdown").exists() and not (data / "host.json").exists()
         (mnt / "filler").unlink()
         async with inprocess_host(data) as host, client_for(host) as c:
@@ -357,9 +381,11 @@ def test_serve_stopped_on_a_full_disk_says_the_stop_was_not_recorded(tmp_path: P
                                 stderr=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None and "listening on" in proc.stdout.readline()
+            reader = held_reader(mnt / "data" / "pi.sqlite")
             fill(mnt / "filler")
             proc.terminate()
             _out, err = proc.communicate(timeout=60)
+            reader.close()
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -9,8 +9,11 @@ next start succeeds and every acknowledged message reads back exactly once."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
+import random
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -20,7 +23,7 @@ import pytest
 import trio
 
 from runtime.client import RpcError, open_client
-from tests.hostile.test_full_disk import fill, small_disk
+from tests.hostile.test_full_disk import fill, fold_wal, small_disk
 from tests.hostkit import REPO, HostProcess, msg, run_cli, start_host_process
 
 pytestmark = pytest.mark.slow
@@ -209,6 +212,7 @@ async def test_an_inflight_promotion_on_a_full_disk_fails_storage_full_then_land
         host = await trio.to_thread.run_sync(start_host_process, data)
         try:
             sid = await _stream_a_reply(host, "partial answer " + "x" * 20_000)
+            fold_wal(data / "pi.sqlite")  # no WAL for boot to fold and write in its room: the disk stays full
             await trio.to_thread.run_sync(fill, mnt / "filler")
         finally:
             await trio.to_thread.run_sync(host.kill9)
@@ -241,3 +245,113 @@ async def test_an_inflight_promotion_whose_append_finds_no_room_fails_storage_fu
         got, boot = await _reads(data, [sid])
         assert got == {sid: ["u1", "r1"]}, got
     assert boot["inflight"]["errors"] == []
+
+
+async def _fill_from_many_connections(data: Path, sessions: int = 6, writers: int = 2) -> dict[str, list[str]]:
+    """Appends of ~1 KB of words from ``writers`` connections per session at once until one answers
+    STORAGE_FULL: the DB writer's batches fail while shorter transcript lines still fit, so the index trails
+    its transcripts and the last checkpoints, which had no room to grow the database, leave a large WAL."""
+    rnd = random.Random(7)
+    words = ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(2, 9)))
+             for _ in range(5000)]
+    acked: dict[str, list[str]] = {}
+    full = trio.Event()
+    count = itertools.count()
+    host: HostProcess = await trio.to_thread.run_sync(lambda: start_host_process(data))
+    try:
+        async with open_client(host.url, host.token, client_id="ui-1", client_kind="ui") as c:
+            sids = [(await c.call("session.create", {"title": f"s{i}"}))["id"] for i in range(sessions)]
+
+        async def writer(sid: str, w: int) -> None:
+            async with open_client(host.url, host.token, client_id=f"w{w}-{sid}", client_kind="ui") as c:
+                while not full.is_set():
+                    mid = f"m{next(count)}"
+                    text = " ".join(rnd.choice(words) for _ in range(170))
+                    try:
+                        await c.call("session.appendMessage", {"sessionId": sid, "message": msg(mid, text)})
+                    except RpcError as exc:
+                        assert exc.data_code == "STORAGE_FULL", exc
+                        full.set()
+                        return
+                    acked.setdefault(sid, []).append(mid)
+
+        async with trio.open_nursery() as nursery:
+            for sid in sids:
+                for w in range(writers):
+                    nursery.start_soon(writer, sid, w)
+    finally:
+        await trio.to_thread.run_sync(host.terminate)
+    return acked
+
+
+def _used(mnt: Path) -> int:
+    st = os.statvfs(mnt)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def _free(mnt: Path) -> int:
+    st = os.statvfs(mnt)
+    return st.f_bfree * st.f_frsize
+
+
+async def _free_up_to(mnt: Path, want: int) -> None:
+    """Grow the tmpfs so that ``want`` bytes (whole pages) are free: what deleting files elsewhere would do."""
+    size_kib = -(-(_used(mnt) + want) // 4096) * 4
+    await trio.run_process(["mount", "-o", f"remount,size={size_kib}k", str(mnt)], capture_stdout=True)
+    assert _free(mnt) >= want
+
+
+def _named_need(proc: subprocess.CompletedProcess[str]) -> int:
+    found = re.search(r"needs (\d+) bytes free", proc.stderr)
+    assert found, proc.stderr[-3000:]
+    return int(found.group(1))
+
+
+async def test_a_boot_after_a_full_disk_names_the_room_it_needs_and_a_refused_one_writes_nothing(
+        tmp_path: Path) -> None:
+    """Found by hand (24 MiB tmpfs): after appends filled the disk, 12 MiB had to be freed over four starts
+    before one served, where 1 MiB was enough. The host that filled the disk leaves a large WAL (its last
+    checkpoints had no room to grow the database); each start appended its commits to it, their automatic
+    checkpoints grew the database into whatever was freed and failed part way, and the start that failed kept
+    that room. Now a start folds the WAL into the database first, when there is room for the database's growth
+    (and then has the WAL's bytes for its own work), and otherwise refuses STORAGE_FULL naming the room it needs
+    and writes nothing, not even by closing. Here: two refused starts leave the disk's use exactly as it was
+    (the second with half the room named free); with room the next start serves, every acknowledged message is
+    there once and indexed, and an append works."""
+    with small_disk("tmpfs", tmp_path, size_mb=12) as mnt, trio.fail_after(300):
+        data = mnt / "data"
+        acked = await _fill_from_many_connections(data)
+        assert sum(map(len, acked.values())) > 200
+        before = _sums(data / "sessions")
+        used = _used(mnt)
+        refused = await trio.to_thread.run_sync(_boot_once, data)
+        _refused_full(refused)
+        assert _used(mnt) == used
+        need = _named_need(refused)
+        await _free_up_to(mnt, need // 2)  # half of it: refused again, and the half stays free
+        again = await trio.to_thread.run_sync(_boot_once, data)
+        _refused_full(again)
+        assert _used(mnt) == used and _named_need(again) == need
+        assert _sums(data / "sessions") == before
+
+        await _free_up_to(mnt, need + (8 << 20))  # the room named, and room for the index to catch up
+        host: HostProcess = await trio.to_thread.run_sync(lambda: start_host_process(data))  # the first try
+        try:
+            async with open_client(host.url, host.token, client_id="ui-1", client_kind="ui") as c:
+                listed = {s["id"]: s for s in (await c.call("session.list", {"limit": 50}))["sessions"]}
+                for sid, ids in acked.items():
+                    got = await c.call("session.get", {"sessionId": sid, "messageLimit": 5000})
+                    seen = [m["id"] for m in got["messages"]]
+                    assert sorted(seen) == sorted(ids), sid  # each once (two writers: their own order)
+                    assert got["totalMessages"] == listed[sid]["messageCount"] == len(ids)  # the index's count
+                sid = sorted(acked)[0]
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                    "after", "appended after the boot: qzxwvj")})
+                got = await c.call("session.get", {"sessionId": sid, "messageLimit": 5000})
+                assert [m["id"] for m in got["messages"]][-1] == "after"
+                hits = await c.call("search.sessions", {"query": "qzxwvj"})
+                assert [r["sessionId"] for r in hits["results"]] == [sid]
+                boot = (await c.call("host.status", {}))["boot"]
+        finally:
+            await trio.to_thread.run_sync(host.terminate)
+        assert boot["reconcile"]["errors"] == 0 and boot["walFold"]["folded"], boot
