@@ -67,7 +67,7 @@ from store.indexing.salvage import SalvageReport, quarantined_main_file, salvage
 from store.indexing.salvage import clear_pending as clear_salvage
 from store.indexing.salvage import mark_pending as mark_salvage
 from store.indexing.salvage import pending_source as pending_salvage
-from store.indexing.wal_fold import close_unfolded, fold_or_refuse, fold_wal
+from store.indexing.wal_fold import close_unfolded, fold_or_refuse, fold_wal, short_of_room
 from store.inflight import sweep as sweep_inflight
 from store.interchange.native_pi import sweep_fork_staging
 from store.plan_recovery import apply_recorded_approvals
@@ -76,6 +76,7 @@ from store.queue import settle_after_restart
 from store.receipts import RECEIPTS_DIR
 from store.receipts import sweep_files as sweep_receipt_files
 from store.rules import MAX_TOKEN_CHARS, SESSION_ID_RE
+from store.search.search_upkeep import defer_merges, merges_deferred, resume_merges
 from store.transcripts import deleted_log
 from store.transcripts.session_files import finish_delete, pending_deletes, sweep_session_folders
 from store.upgrade.attachment_adopt import adopt_pending, backfill_meta_files, mark_pending
@@ -377,6 +378,25 @@ def _fold_quietly(conn: sqlite3.Connection) -> bool:
         return False
 
 
+@dataclass
+class _Merges:
+    """FTS5 merges deferred (``store.search.search_upkeep.defer_merges``) before the first commit that indexes
+    transcript lines, when the disk is short of room: a merge folds a level's segments in one transaction, up
+    to the index's size in the WAL, which is the room a start on a disk that was full lacks. Resumed once the
+    reconcile is over if the disk has room then; else the host serves with them deferred (each index commit
+    writes its own segment, the DB writer's idle merges fold them in bounded steps) until a boot finds room."""
+
+    conn: sqlite3.Connection
+    wanted: bool
+    deferred: bool = False
+
+    def before_indexing(self) -> None:
+        if self.wanted and not self.deferred:
+            with transaction(self.conn):
+                defer_merges(self.conn)
+            self.deferred = True
+
+
 def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDir, report: dict[str, Any], *,
              t0: float, boot_id: str, faults: Faults, now_ms: Callable[[], int], audit_retention_days: int,
              inflight_sweep: InflightSweep | None, clean_shutdown: bool | None,
@@ -482,14 +502,17 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
                                   "tornTails": 0, "badLines": 0, "unknownLines": 0, "markBehindFile": 0}
     errors: list[dict[str, str]] = []
     damaged: list[dict[str, Any]] = []
+    merges = _Merges(conn, short_of_room(conn))
     for sid in sorted(live | set(rows)):
         indexed_len, epoch = rows.get(sid, (0, None))
         try:
             path = data_dir.transcript(sid)
             # a tail far past the mark: indexed in bounded commits first, the WAL checkpointed between them
             # (store.indexing.backlog: not twice the index's size free on disk); the plan below is the rest
-            steps = run_steps(conn, Backlog(sid, path, now), faults=faults) if _far_behind(path, indexed_len) \
-                else Steps()
+            far = _far_behind(path, indexed_len)
+            if far:
+                merges.before_indexing()
+            steps = run_steps(conn, Backlog(sid, path, now), faults=faults) if far else Steps()
             if steps.commits:
                 indexed_len, epoch = index_mark(conn, sid) or (0, None)
             plan = plan_reconcile(path, indexed_len or 0, epoch)
@@ -505,6 +528,7 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
                 continue
             if plan.kind == "missing" and sid in rows and not rows[sid][0]:
                 continue
+            merges.before_indexing()
             with transaction(conn):
                 out = apply_plan(conn, sid, plan, now_ms=now)
             if wal_bytes(conn) > WAL_BOUND_BYTES:
@@ -517,6 +541,10 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
                 raise  # no room for the index: boot fails STORAGE_FULL, never serves a partial index
             reconciled["errors"] += 1
             errors.append({"sessionId": sid, "error": f"{type(exc).__name__}: {exc}"})
+    if (merges.deferred or merges_deferred(conn)) and not short_of_room(conn):  # (or an earlier boot's)
+        with transaction(conn):
+            resume_merges(conn)
+    report["mergesDeferred"] = merges_deferred(conn)  # still short of room: until a boot that has it
     report["reconcile"] = reconciled
     if damaged:
         report["damagedTranscripts"] = damaged[:50]

@@ -22,11 +22,14 @@ from pathlib import Path
 
 from store.errors import StorageFull
 
-__all__ = ["FOLD_SLACK_BYTES", "Fold", "close_unfolded", "fold_needs", "fold_or_refuse", "fold_wal", "free_bytes"]
+__all__ = ["FOLD_SLACK_BYTES", "Fold", "close_unfolded", "fold_needs", "fold_or_refuse", "fold_wal", "free_bytes",
+           "short_of_room"]
 
 FOLD_SLACK_BYTES = 64 << 10
 """Room kept beyond the database file's growth before a fold starts (the file system's own blocks for a
 larger file): a fold that fails part way grows the database without starting the WAL over."""
+SPARE_BYTES = 64 << 20
+"""Room beyond the database file's size under which the disk counts as short of room (:func:`short_of_room`)."""
 _FOLD_WAIT_MS = 200
 """How long a fold waits for a reader to leave the WAL (boot has none; the running host's are short)."""
 
@@ -68,6 +71,13 @@ def free_bytes(path: str) -> int:
     st = os.statvfs(path)
     blocks = st.f_bfree if os.geteuid() == 0 else st.f_bavail
     return int(blocks * st.f_frsize)
+
+
+def short_of_room(conn: sqlite3.Connection, *, spare: int = SPARE_BYTES) -> bool:
+    """The database's file system has less free than the database file and ``spare``: a write transaction that
+    rewrites a large part of the index (an FTS5 merge) may not fit."""
+    path = _main_file(conn)
+    return free_bytes(os.path.dirname(path) or ".") < os.stat(path).st_size + spare
 
 
 def fold_needs(conn: sqlite3.Connection) -> int:

@@ -24,6 +24,11 @@ spread over more segments. Two measures, both FTS5's own documented knobs:
   across transactions); otherwise a step of folding any level that holds two
   segments (positive budget, ``usermerge`` 2). The fraction bounds the cost:
   the whole index is rewritten once per 2 % of growth, in idle time only.
+* :func:`defer_merges` / :func:`resume_merges`: no automatic merge at all
+  (``automerge`` 0, ``crisismerge`` at its largest) while boot catches the index
+  up on a disk short of room, and after it while the disk stays so: an
+  automatic merge folds a level in one transaction, which needs up to the
+  index's size free; the idle steps above need about one step's pages.
 
 What it buys, measured on the bench's 1,000,000 messages: a phrase of common
 trigrams reads each trigram's doclist in every segment, and the per-row merge
@@ -60,6 +65,12 @@ USERMERGE = 2
 MERGE_PAGES = 32
 """Leaf pages one :func:`upkeep_step` asks FTS5 to write (it finishes the doclist it is in)."""
 
+CRISISMERGE = 16
+"""FTS5's own ``crisismerge``: a write transaction folds a whole level at once when it holds this many segments."""
+
+CRISISMERGE_DEFERRED = 1999
+"""The largest ``crisismerge`` FTS5 takes (its segment limit less one): with ``automerge`` 0, merges deferred."""
+
 _TUNING = {"pgsz": LEAF_PAGE_BYTES, "automerge": AUTOMERGE, "usermerge": USERMERGE}
 
 
@@ -76,11 +87,45 @@ def tune_index(conn: sqlite3.Connection) -> bool:
         ).fetchall()
     )
     changed = False
+    deferred = merges_deferred(conn)
     for key, value in _TUNING.items():
+        if key == "automerge" and deferred:
+            continue  # boot's catch-up left merges deferred (it was stopped): the next boot resumes them
         if current.get(key) != value:
             conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES (?, ?)", (key, value))
             changed = True
     return changed
+
+
+def _set(conn: sqlite3.Connection, key: str, value: int) -> None:
+    conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES (?, ?)", (key, value))
+
+
+def defer_merges(conn: sqlite3.Connection) -> None:
+    """No FTS5 merge in the write transactions that follow (``automerge`` 0, ``crisismerge`` at its largest), until
+    :func:`resume_merges`: each writes its own new segment and nothing more. For boot's catch-up of transcript
+    lines the index lacks on a disk that was full: a merge folds a level's segments in one transaction (measured:
+    a 70 KB tail's commit wrote 8.2 MB of WAL with merges, 0.56 MB without), and that room is what a start on a
+    full disk lacks. Persisted in ``messages_fts_config``; the caller commits."""
+    _set(conn, "automerge", 0)
+    _set(conn, "crisismerge", CRISISMERGE_DEFERRED)
+
+
+def merges_deferred(conn: sqlite3.Connection) -> bool:
+    """:func:`defer_merges` is in force (a boot stopped before it resumed them leaves it so)."""
+    row = conn.execute("SELECT v FROM messages_fts_config WHERE k = 'crisismerge'").fetchone()
+    return row is not None and row[0] == CRISISMERGE_DEFERRED
+
+
+def resume_merges(conn: sqlite3.Connection) -> bool:
+    """Undo :func:`defer_merges` (``automerge`` back to :data:`AUTOMERGE`, ``crisismerge`` to FTS5's own); True if
+    they were deferred. The segments written meanwhile are folded by later writes and the idle merges
+    (:func:`upkeep_step`). The caller commits."""
+    if not merges_deferred(conn):
+        return False
+    _set(conn, "automerge", AUTOMERGE)
+    _set(conn, "crisismerge", CRISISMERGE)
+    return True
 
 
 FULL_MERGE_FRACTION = 0.02

@@ -12,11 +12,16 @@ from store.indexing.database import open_reader, open_writer
 from store.search.search import search_messages, search_sessions
 from store.search.search_upkeep import (
     AUTOMERGE,
+    CRISISMERGE,
+    CRISISMERGE_DEFERRED,
     FULL_MERGE_FRACTION,
     LEAF_PAGE_BYTES,
     USERMERGE,
     Structure,
+    defer_merges,
+    merges_deferred,
     read_structure,
+    resume_merges,
     segment_count,
     tune_index,
     upkeep_step,
@@ -109,6 +114,41 @@ def test_an_older_file_gets_the_writers_automerge_at_open(tmp_path: Path) -> Non
             assert _config(conn)["automerge"] == AUTOMERGE
         finally:
             conn.close()
+
+
+def test_deferred_merges_leave_each_commit_its_own_segment_until_resumed(tmp_path: Path) -> None:
+    """``defer_merges`` (boot's catch-up on a disk short of room): each write transaction adds its own segment
+    and folds none, not even past FTS5's ``crisismerge`` of 16; the writer's ``tune_index`` at open leaves them
+    deferred. ``resume_merges`` puts ``automerge`` and ``crisismerge`` back, and the next write folds the
+    level. Search returns the same throughout."""
+    conn = open_db(tmp_path / "d.sqlite")
+    tune_index(conn)
+    corpus = Corpus(conn)
+    sid = corpus.session(title="deferred")
+    corpus.message(sid, "alpha beta gamma")
+    conn.execute("BEGIN IMMEDIATE")
+    defer_merges(conn)
+    conn.execute("COMMIT")
+    assert merges_deferred(conn)
+    assert _config(conn)["automerge"] == 0 and _config(conn)["crisismerge"] == CRISISMERGE_DEFERRED
+    start = segment_count(conn)
+    assert start is not None
+    for i in range(CRISISMERGE + 4):  # one autocommit transaction each
+        corpus.message(sid, f"delta epsilon {i} the merge index")
+    assert segment_count(conn) == start + CRISISMERGE + 4
+    assert tune_index(conn) is False and merges_deferred(conn)  # as the writer's open finds them
+    before = _everything(conn)
+
+    conn.execute("BEGIN IMMEDIATE")
+    assert resume_merges(conn) is True
+    conn.execute("COMMIT")
+    assert _config(conn)["automerge"] == AUTOMERGE and _config(conn)["crisismerge"] == CRISISMERGE
+    assert not merges_deferred(conn) and resume_merges(conn) is False
+    assert _everything(conn) == before
+    corpus.message(sid, "zeta")
+    after = segment_count(conn)
+    assert after is not None and after < start + CRISISMERGE  # the level was folded
+    conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
 
 
 def test_upkeep_merges_a_fragmented_index_into_one_segment_and_changes_no_result(tmp_path: Path) -> None:
