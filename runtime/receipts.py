@@ -25,6 +25,7 @@ and ``keep_bytes``.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,6 +95,8 @@ class ReceiptBook:
         self._recent: OrderedDict[_Id, int] = OrderedDict()  # done and unpinned, oldest first: their sizes
         self._recent_bytes = 0
         self._pinned: dict[_Id, int] = {}
+        self._pin_order: list[tuple[int, _Id]] = []
+        """``(until, ident)`` of every pin, a heap: :meth:`retire_through` takes only those it retires."""
         self._keep = keep
         self._keep_bytes = keep_bytes
 
@@ -128,10 +131,10 @@ class ReceiptBook:
 
     def retire_through(self, seq: int) -> None:
         """Every pinned answer whose receipt row the index now holds (``seq`` covered) may go."""
-        if not self._pinned:
-            return
-        for ident, until in list(self._pinned.items()):
-            if until <= seq:
+        order = self._pin_order
+        while order and order[0][0] <= seq:
+            until, ident = heapq.heappop(order)
+            if self._pinned.get(ident) == until:
                 del self._pinned[ident]
                 self._remember(ident)
 
@@ -146,6 +149,7 @@ class ReceiptBook:
         ident = (entry.key.client_id, entry.key.submission_id)
         if pin_until is not None:
             self._pinned[ident] = pin_until
+            heapq.heappush(self._pin_order, (pin_until, ident))
         else:
             self._remember(ident)
         entry.finished.set()

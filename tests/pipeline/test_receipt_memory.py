@@ -78,3 +78,23 @@ async def test_big_keyed_answers_on_a_host_are_bounded_and_a_retry_still_gets_th
             assert await c.call("tasks.create", {"title": "t0", "prompt": prompt, "submissionId": "big-0"}) == first
     with sqlite3.connect(tmp_path / "data" / "pi.sqlite") as db:  # the retry answered from the row: no new task
         assert db.execute("SELECT count(*) FROM scheduled_tasks").fetchone()[0] == n
+
+
+async def test_pinned_answers_retire_once_the_index_covers_them_in_any_order_of_pinning() -> None:
+    """A pinned answer (its receipt not yet in the database) is replayed from memory; ``retire_through(seq)``
+    moves exactly those pinned at or below ``seq`` to the recent answers, whatever order they were pinned in
+    (the retirement takes them from a heap by sequence, not by walking every pin on every covered commit)."""
+    book = ReceiptBook()
+    untils = [5, 3, 9, 3, 7, 1, 12]
+    for n, until in enumerate(untils):
+        claim = await book.claim(_key(n))
+        assert isinstance(claim, Claim)
+        claim.complete({"n": n}, pin_until=until)
+    assert book.statistics()["pinned"] == len(untils)
+    for seq in (0, 3, 4, 8, 12):
+        book.retire_through(seq)
+        assert book.statistics()["pinned"] == sum(1 for u in untils if u > seq), seq
+        assert book.statistics()["recent"] == sum(1 for u in untils if u <= seq), seq
+    for n in range(len(untils)):
+        replay = await book.claim(_key(n))
+        assert isinstance(replay, Replayed) and replay.response == {"n": n}
