@@ -68,6 +68,8 @@ class Wakeups(trio.abc.Instrument):
         self.steps = 0
         self.hops = 0
         self.trio_cpu = 0.0
+        self.hop_cpu: dict[str, float] = {}
+        """Worker-thread CPU seconds (``time.thread_time`` in the worker) per kind of hop: :func:`hop_kind`."""
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self.steps += 1
@@ -78,9 +80,20 @@ class Wakeups(trio.abc.Instrument):
         namespaces = (vars(trio.lowlevel), vars(importlib.import_module("trio._threads")))
         start = trio.lowlevel.start_thread_soon
 
+        hop_cpu = self.hop_cpu
+
         def counted(fn: Callable[[], Any], deliver: Callable[[Any], object], name: str | None = None) -> None:
             self.hops += 1
-            start(fn, deliver, name)
+            kind = hop_kind(fn)
+
+            def timed() -> Any:  # in the worker thread: its own CPU, the hand-back (``deliver``) not included
+                c0 = time.thread_time()
+                try:
+                    return fn()
+                finally:
+                    hop_cpu[kind] = hop_cpu.get(kind, 0.0) + time.thread_time() - c0
+
+            start(timed, deliver, name)
 
         for ns in namespaces:
             ns["start_thread_soon"] = counted
@@ -105,7 +118,23 @@ class Wakeups(trio.abc.Instrument):
             return {}
         return {"taskStepsPerAppend": rnd(self.steps / ops), "threadHopsPerAppend": rnd(self.hops / ops),
                 "trioThreadCpuMsPerAppend": rnd(self.trio_cpu / ops * 1000),
-                "workerThreadsCpuMsPerAppend": rnd((meter.cpu - self.trio_cpu) / ops * 1000)}
+                "workerThreadsCpuMsPerAppend": rnd((meter.cpu - self.trio_cpu) / ops * 1000),
+                "workerCpuMsPerAppendByHop": {k: rnd(v / ops * 1000) for k, v in sorted(self.hop_cpu.items())}}
+
+
+HOP_KINDS = (("write_durably", "sessionWrite"), ("GroupCommit", "dbWriterCommit"))
+"""What a worker-thread hop runs, by the name of its function: the session actor's read + plan + write +
+fdatasync (one hop per append group), the DB writer's transaction (one per batch of index ops)."""
+
+
+def hop_kind(fn: Callable[[], Any]) -> str:
+    """The kind of a hop (:data:`HOP_KINDS`), ``other`` for the rest (the raw loop's and the baselines' hops,
+    trio.to_thread's wrapper)."""
+    inner: Any = fn
+    while isinstance(inner, partial):
+        inner = inner.func
+    name = getattr(inner, "__qualname__", "")
+    return next((kind for part, kind in HOP_KINDS if part in name), "other")
 
 
 async def _create(host: RunningHost, sid: str, warm: Sequence[dict[str, Any]]) -> None:
@@ -265,7 +294,10 @@ def run_appends(sizes: Sizes, work: Path) -> Section:
         "threadHopsPerAppend: worker-thread hops (trio.lowlevel.start_thread_soon, under both "
         "trio.to_thread.run_sync and runtime.kernel.threads.run_in_thread) over the measured segments, the "
         "index catch-up included; trioThreadCpuMsPerAppend is the trio thread's own CPU (time.thread_time, the "
-        "bench's driver included), workerThreadsCpuMsPerAppend the rest of the process CPU",
+        "bench's driver included), workerThreadsCpuMsPerAppend the rest of the process CPU; "
+        "workerCpuMsPerAppendByHop splits the worker threads' CPU by what each hop ran (time.thread_time in the "
+        "worker around the hop's function; its hand-back to trio not included): sessionWrite (the session "
+        "actor's plan + write + fdatasync), dbWriterCommit (the DB writer's transaction: the index SQL), other",
         "cpuMsPerAppend: process CPU time (time.process_time, all threads) over the measured segments / appends; "
         "the host's segments include the wait for the index to cover them (it commits after the replies), so "
         "index work is counted; in-process the figure includes the bench's own driver",

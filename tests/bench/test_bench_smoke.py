@@ -118,6 +118,13 @@ def test_append_figures_against_the_baselines(report: dict[str, Any]) -> None:
         assert _positive(figs, f"{where}.threadHopsPerAppend") >= 1, where
         _positive(figs, f"{where}.taskStepsPerAppend")
         _positive(figs, f"{where}.trioThreadCpuMsPerAppend")
+    # the worker threads' CPU by kind of hop: the session's write hop and the DB writer's commits, within the
+    # worker threads' total (issue 26: where the CPU of an append goes)
+    for where in ("oneSession", "concurrentSessions"):
+        by_hop = _get(figs, f"{where}.workerCpuMsPerAppendByHop")
+        assert by_hop["sessionWrite"] > 0 and by_hop["dbWriterCommit"] > 0, (where, by_hop)
+        assert sum(by_hop.values()) <= _get(figs, f"{where}.workerThreadsCpuMsPerAppend") * 1.02 + 0.002, where
+    assert set(_get(figs, "raw.viaWorkerThread.workerCpuMsPerAppendByHop")) == {"other"}
 
 
 def test_gateway_figures_against_the_baselines(report: dict[str, Any]) -> None:
