@@ -43,6 +43,7 @@ import pytest
 import trio
 
 from runtime.client import ClientClosed, HostClient, RpcError, open_client
+from store.revisions import SYNC_MARK_NS
 from tests.dbkit import rows
 from tests.hostkit import client_for, index_caught_up, inprocess_host, msg, start_host_process
 from tests.pipeline import probe
@@ -550,6 +551,9 @@ class Clean:
 
 # Tables a host's boot or connections write to (one more boot in a crashed run), not a request.
 _BOOKKEEPING = ("boot_reports", "messages_fts", "sqlite_")
+# kv rows that are a cache, not an effect: a session's revisions sync mark (store/revisions.py, issue 26) is
+# written by the first branch read of an actor, which a crashed run's restart makes and an uncrashed run may not.
+_KV_CACHES = (SYNC_MARK_NS,)
 # Tables whose rows a crashed run may hold otherwise, as documented, and the read that shows the effect whole.
 _OTHERWISE: dict[str, tuple[str, ...]] = {
     # "boot restores the child's row and the receipt from the header, and the child's revision rows from its
@@ -596,7 +600,11 @@ def _tables(root: Path) -> dict[str, int]:
     """How many rows each table holds: one effect more or less than an uncrashed run's shows here."""
     names = [r[0] for r in rows(root, "SELECT name FROM sqlite_master WHERE type = 'table'")
              if not r[0].startswith(_BOOKKEEPING)]
-    return {name: int(rows(root, f'SELECT COUNT(*) FROM "{name}"')[0][0]) for name in names}  # noqa: S608
+    counts = {name: int(rows(root, f'SELECT COUNT(*) FROM "{name}"')[0][0]) for name in names}  # noqa: S608
+    if "kv" in counts:
+        marks = ",".join("?" * len(_KV_CACHES))
+        counts["kv"] -= int(rows(root, f"SELECT COUNT(*) FROM kv WHERE ns IN ({marks})", *_KV_CACHES)[0][0])  # noqa: S608
+    return counts
 
 
 async def uncrashed(method: str) -> Clean:
