@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -105,3 +106,50 @@ async def test_index_rows_nobody_reads_are_held_and_a_read_ends_the_hold_at_once
             got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1})
             assert got["totalMessages"] == 20
             assert writer.statistics().batches - before <= 3  # 20 index ops, not 20 transactions
+
+
+async def _announced_reads(host: Any, sid: str, last: str, problems: list[str]) -> None:
+    """Another client: on each ``session.message`` event, read the message back through the index at once."""
+    async with client_for(host, "watcher") as r:
+        await r.subscribe(["session.message"], session_id=sid)
+        while True:
+            event = await r.next_event()
+            m = event.data["message"]
+            found = await r.call("search.query", {"query": f"tok{m['id']}q"})
+            listed = {s["id"]: s["messageCount"] for s in (await r.call("session.list", {}))["sessions"]}
+            if [h["messageId"] for h in found["results"]] != [m["id"]] or listed.get(sid, 0) < m["seq"]:
+                problems.append(f"after the event of {m['id']}: {found['results']}, {listed}")
+            if m["id"] == last:
+                return
+
+
+async def test_another_connection_reads_an_append_once_it_is_acknowledged_or_announced(tmp_path: Path) -> None:
+    """The barrier is host-wide, not the writer's: a read on another connection that arrives after an
+    append's answer, or after its ``session.message`` event, sees it through the index (search, list,
+    project counts), though the index rows are still held (``index_hold``: nobody else would commit them)."""
+    problems: list[str] = []
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data", index_hold=3600.0) as host, client_for(host, "writer") as c, \
+                client_for(host, "reader") as r:
+            sid = (await c.call("session.create", {"sessionId": "seen", "title": "seen", "projectPath": "/p/a"}))["id"]
+            await host.services.index_log.barrier()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_announced_reads, host, sid, "e5", problems)
+                await trio.testing.wait_all_tasks_blocked()
+                for k in range(6):
+                    answer = await c.call("session.appendMessage",
+                                          {"sessionId": sid, "message": msg(f"e{k}", f"toke{k}q")})
+                    assert host.services.index_log.statistics().lag_ops >= 1  # held: not in the index yet
+                    found = await r.call("search.sessions", {"query": f"toke{k}q"})
+                    assert [(s["sessionId"], s["messageMatches"]) for s in found["results"]] == [(sid, 1)]
+                    listed = {s["id"]: s["messageCount"] for s in (await r.call("session.list", {}))["sessions"]}
+                    assert listed[sid] == answer["message"]["seq"]
+            moved = await c.call("session.update", {"sessionId": sid, "projectPath": "/p/b"})
+            await c.call("sessions.trash", {"sessionId": sid})
+            counts = {p["path"]: (p["sessionCount"], p["trashedSessionCount"])
+                      for p in (await r.call("projects.list", {}))["projects"]}
+            assert counts == {"/p/a": (0, 0), "/p/b": (0, 1)} and moved["projectPath"] == "/p/b"
+            assert (await r.call("search.query", {"query": "toke"}))["results"] == []
+            await c.call("sessions.restore", {"sessionId": sid})
+            assert len((await r.call("search.query", {"query": "toke"}))["results"]) == 6
+    assert problems == []
