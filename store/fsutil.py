@@ -28,6 +28,7 @@ __all__ = [
     "fsync_dir",
     "published_fsync_dir",
     "open_nofollow",
+    "owner_only",
     "remove_file_durable",
     "sweep_temp_files",
     "write_all",
@@ -123,6 +124,28 @@ def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -
         os.close(fd)
         raise
     return fd
+
+
+_CANNOT_CHMOD = frozenset({errno.EPERM, errno.EROFS, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
+def owner_only(path: str | os.PathLike[str]) -> bool:
+    """Make a regular file the host keeps (its index and what SQLite derives from it) ``0600`` when its mode
+    lets anyone but the owner in (a file an earlier build or a copy left ``0644``); whether it changed. A path
+    that is gone or not a regular file is left alone, and so is a file system that keeps no modes (or a file
+    another user owns: ``EPERM``, read-only, no ``chmod``): the data directory itself is ``0700`` there."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or not stat.S_IMODE(st.st_mode) & 0o077:
+            return False
+        os.chmod(path, 0o600)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno in _CANNOT_CHMOD:
+            return False
+        raise classify_os_error(exc, f"making {os.fspath(path)} owner-only") from exc
+    return True
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

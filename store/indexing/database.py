@@ -28,7 +28,7 @@ import orjson
 from store.attachments import PresentBlobs
 from store.errors import CorruptData, IOFailure, StorageFull, StoreError, UnsupportedSQLite, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import atomic_write, fsync_dir, remove_file_durable
+from store.fsutil import atomic_write, fsync_dir, owner_only, remove_file_durable
 from store.indexing.corruption import is_corruption
 from store.search.search_upkeep import tune_index
 from store.upgrade.migrations import (
@@ -539,6 +539,8 @@ def open_writer(
         if isinstance(exc, OSError):
             raise classify_os_error(exc, f"preparing {db_path}") from exc
         raise
+    for suffix in ("", "-wal", "-shm"):  # the host's now, whatever mode an earlier build left it (and its pair) in
+        owner_only(f"{db_path}{suffix}")  # only once no refusal can come: a refused file keeps every mode
     report.created_fresh = result.created_fresh
     report.schema_version = result.to_version
     report.backups = list(result.backups)

@@ -49,7 +49,7 @@ from typing import Final
 
 from store.errors import IOFailure, SchemaTooNew, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import fsync_dir
+from store.fsutil import fsync_dir, owner_only
 from store.upgrade.attachment_adopt import mark_pending
 from store.upgrade.schema import (
     DDL,
@@ -575,7 +575,8 @@ def reset_database(
         pass
     finally:
         conn.close()
-    move_db_family(db_path, archive, keep_empty_sidecars=False)
+    for moved in move_db_family(db_path, archive, keep_empty_sidecars=False):
+        owner_only(moved)  # the user's old index, kept for recovery: owner-only like every file of the directory
     faults.point("db.reset.after_archive")
     return archive
 

@@ -9,8 +9,10 @@ the version they hold; the second start is a plain open.
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +165,29 @@ def test_seed_11_5_serve_archives_a_pre_v7_database_and_reindexes_the_transcript
     report = boot_report(seed.db)
     assert (report["database"]["archivedTo"], report["database"]["createdFresh"]) == (None, False)
     assert sorted(p.name for p in data.iterdir() if ".bak" in p.name) == ["pi.sqlite.v6.bak"]
+
+
+@pytest.mark.parametrize("version", [5, 8])
+def test_an_index_a_seed_era_build_left_group_readable_is_owner_only_once_the_host_uses_it(
+    tmp_path: Path, version: int
+) -> None:
+    """docs/DESIGN.md "Data directory": files 0600. A seed-era build left ``pi.sqlite`` 0644 (SQLite's own
+    mode under a usual umask); the host that migrates and then writes it (or archives it, pre-v7) keeps it,
+    its ``-wal``/``-shm`` (whose mode SQLite copies from the database file) and the archive owner-only."""
+    data = tmp_path / "data"
+    seed = build_seed_dir(data, 7 if version == 5 else version)
+    if version == 5:
+        conn = sqlite3.connect(seed.db)
+        conn.execute("PRAGMA user_version = 5")
+        conn.close()
+    os.chmod(seed.db, 0o644)
+    host = start_host_process(data)
+    try:
+        sidecars = {p.name: stat.S_IMODE(p.stat().st_mode) for p in data.iterdir() if p.name.startswith("pi.sqlite")}
+    finally:
+        _stop(host)
+    assert {"pi.sqlite-wal", "pi.sqlite-shm"} <= set(sidecars), sidecars
+    assert {name: oct(mode) for name, mode in sidecars.items() if mode != 0o600} == {}
+    after = {p.name: stat.S_IMODE(p.stat().st_mode) for p in data.iterdir() if p.name.startswith("pi.sqlite")}
+    assert {name: oct(mode) for name, mode in after.items() if mode != 0o600} == {}
+    assert ("pi.sqlite.v6.bak" in after) == (version == 5)

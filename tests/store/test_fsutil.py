@@ -18,6 +18,7 @@ from store.fsutil import (
     atomic_write,
     fsync_dir,
     open_nofollow,
+    owner_only,
     remove_file_durable,
     sweep_temp_files,
     write_all,
@@ -241,3 +242,17 @@ def test_an_owed_directory_that_vanished_is_dropped(tmp_path: Path) -> None:
     sub.rmdir()
     owed.pay()
     assert owed.owed() == []
+
+
+def test_owner_only_tightens_a_loose_file_and_leaves_the_rest(tmp_path: Path) -> None:
+    loose, tight, target = tmp_path / "loose", tmp_path / "tight", tmp_path / "target"
+    for path, mode in ((loose, 0o644), (tight, 0o600), (target, 0o644)):
+        path.write_bytes(b"x")
+        os.chmod(path, mode)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert owner_only(loose) is True and stat.S_IMODE(loose.stat().st_mode) == 0o600
+    assert owner_only(tight) is False and stat.S_IMODE(tight.stat().st_mode) == 0o600
+    assert owner_only(tmp_path / "gone") is False
+    assert owner_only(link) is False and stat.S_IMODE(target.stat().st_mode) == 0o644  # never through a link
+    assert owner_only(tmp_path) is False  # not a regular file
