@@ -49,7 +49,7 @@ from store.errors import Conflict, CorruptData, InvalidInput, MessageNotFound, N
 from store.faults import NO_FAULTS, Faults
 from store.fsutil import remove_file_durable
 from store.indexing import index
-from store.indexing.reconcile import restore_receipt, scan_from
+from store.indexing.reconcile import restore_lost_turns, restore_receipt, scan_from
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey, file_record
 from store.receipts import conflict as receipts_conflict
@@ -506,6 +506,12 @@ async def commit_rewrite(
 ) -> Any:
     """Archive → atomic rewrite (receipt in the header) → one reindex transaction.
 
+    ``turn_overrides``: the owning turns of lines the new file brings back that the index no longer holds (a
+    switch to a stored branch: its ``turns`` map, turns that had a row when it was archived); each of those turns
+    that has no row now gets one, as a rebuild from the files would give it (``reconcile.restore_lost_turns``,
+    ``INDEX_LOST``): after a lost database the revisions file was the only place of such a turn, and the
+    rebuild restored only the turns the transcript's lines named.
+
     Returns ``finish(conn, now, faults)``'s value: the response, stored with the receipt. Keyed, the
     header's receipt carries it (``extra.response``: a retry after the database was lost is answered
     with it, not with the session as it is then), computed before the file is written by a dry run of
@@ -533,9 +539,16 @@ async def commit_rewrite(
         sync_active(conn, sid, stamps)
         return finish(conn, now, faults)
 
+    def restore_owning_turns(conn: Any, records: Sequence[Mapping[str, Any]]) -> None:
+        if turn_overrides:  # before the rows go: a line the index holds names no lost turn
+            restore_lost_turns(conn, sid, [{"id": rec["id"], "turnId": turn_overrides[rec["id"]],
+                                            "createdAt": rec.get("createdAt")}
+                                           for rec in records if rec.get("id") in turn_overrides])
+
     receipt = answer = None
     if ctx.receipt is not None:
         def dry(conn: Any) -> Any:
+            restore_owning_turns(conn, plan.messages)
             as_reindexed(conn, sid, plan)
             index.touch_session(conn, sid, now)
             return then(conn, None)
@@ -563,6 +576,7 @@ async def commit_rewrite(
         return made[-1]
 
     def reindexed(conn: Any, rewritten: Rewritten) -> None:
+        restore_owning_turns(conn, [item.record for item in rewritten.messages])
         reindex(conn, sid, rewritten, now_ms=now, turn_overrides=turn_overrides)
         index.touch_session(conn, sid, now)
         remark.write(conn, now)

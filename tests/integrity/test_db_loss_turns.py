@@ -115,3 +115,45 @@ async def test_a_lost_wal_takes_the_turns_row_the_session_row_kept(tmp_path: Pat
     assert appends == first[1:3] and [a["message"]["turnId"] for a in appends] == ["t1", "t1"]
     assert (started["id"], started["status"], started["errorCode"]) == ("t1", "aborted", "INDEX_LOST")
     assert ended["turn"]["status"] == "completed" and settled == before
+
+
+async def test_a_branch_switched_back_after_the_loss_brings_its_turn_back_as_a_rebuild_does(tmp_path: Path) -> None:
+    """A regenerated branch left the transcript, and its turn is named only by the revisions file (its ``turns``
+    map and its lines), so a rebuild after a lost database has no row for it. Switching back to that branch then
+    wrote lines naming the turn into the transcript: the switch linked the restored messages to no turn and
+    ``listTurns`` lacked it, while the next rebuild from the very same files gives it a row (``INDEX_LOST``), as
+    for every turn a line names. The switch restores it as the rebuild would (seed 003 §4.9: the map "exists for
+    messages a restore has to re-attach after they left the index")."""
+
+    async def build(c: HostClient) -> None:
+        await c.call("session.create", {"sessionId": SID, "title": "t"})
+        await c.call("session.appendMessage", {"sessionId": SID, "message": msg("u1", "question")})  # seed §5:
+        await c.call("session.startTurn", START)  # the prompt's line first, then the turn it starts
+        await c.call("session.appendMessage", REPLY)
+        await c.call("session.endTurn", END)
+        await c.call("session.saveActiveRevision", {"sessionId": SID, "rootUserId": "u1"})
+        await c.call("session.truncateFrom", {"sessionId": SID, "messageId": "a1", "mode": "regenerate"})
+        await c.call("session.startTurn", {"sessionId": SID, "turnId": "t2"})
+        await c.call("session.appendMessage", {"sessionId": SID, "turnId": "t2",
+                                               "message": msg("a2", "again", role="assistant")})
+        await c.call("session.endTurn", {"sessionId": SID, "turnId": "t2", "status": "completed"})
+        await c.call("session.saveActiveRevision", {"sessionId": SID, "rootUserId": "u1"})
+
+    async def switch(c: HostClient) -> Any:
+        lost = await _turns(c)
+        await c.call("session.activateRevision", {"sessionId": SID, "rootUserId": "u1", "revisionIndex": 1})
+        got = await c.call("session.get", {"sessionId": SID})
+        return lost, [(m["id"], m.get("turnId")) for m in got["messages"]], await _turns(c)
+
+    with trio.fail_after(90):
+        await _on_host(tmp_path, build)
+        _damage(tmp_path, "deleted")
+        lost, switched_messages, switched = await _on_host(tmp_path, switch)
+        _damage(tmp_path, "deleted")
+        rebuilt = await _on_host(tmp_path, _turns)
+    assert lost == [("t2", "aborted", "INDEX_LOST")]  # t1: named by no line of the transcript then
+    assert switched_messages == [("u1", None), ("a1", "t1")]
+    # a rebuild from the files as the switch left them: a row for the turn the transcript's lines name
+    assert rebuilt == [("t1", "aborted", "INDEX_LOST")]
+    # the switch gave it that row already (t2's, a row before the switch, stays: turns are never deleted)
+    assert sorted(switched) == [("t1", "aborted", "INDEX_LOST"), ("t2", "aborted", "INDEX_LOST")]
