@@ -15,7 +15,7 @@ class AuditListParams(Params):
     session_id: SessionId | None = Field(default=None, description="Only this session's rows.")
     kind: AuditKind | None = Field(
         default=None, description="Only rows of this kind: tool_execute, tool_denied, turn_interrupted, "
-        "inflight_promoted (an open set)."
+        "plan_interrupted, inflight_promoted (an open set)."
     )
     since: TimestampMs | None = Field(default=None, description="Rows at or after this time (ms).")
     until: TimestampMs | None = Field(default=None, description="Rows before this time (ms).")

@@ -2,7 +2,7 @@
 
 Runs once before anything is served. Nothing is ever replayed: running turns
 become ``aborted`` (with an audit record each), pending plan approvals and
-queued/running executions become ``interrupted``, pending tool-permission
+queued/running executions become ``interrupted`` (an audit record each too), pending tool-permission
 approvals and interactions become ``interrupted`` (a late answer is refused),
 collaboration deliveries that were running, or queued without a queue
 admission, become ``interrupted`` (admitted ones are held; the report counts
@@ -40,6 +40,7 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
         (now_ms,),
     )
     plans.expire_all_stale(conn, now_ms)  # past its deadline before the restart: expired, not interrupted
+    _audit_plan_interruptions(conn, now_ms=now_ms, boot_id=boot_id)
     pending = conn.execute(
         "UPDATE plan_approvals SET status = 'interrupted', updated_at = ?, resolved_at = ? "
         f"WHERE {plans.PENDING}",  # a damaged one too: it was never settled (plans._DAMAGED_PENDING)
@@ -69,6 +70,28 @@ def interruption_fence(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -
             "interruptedInteractions": requests["interaction"],
             "interruptedDeliveries": deliveries, "heldDeliveries": int(held), "deliveryAdmissions": int(admissions),
             "offeredQueueEntries": offered}
+
+
+def _audit_plan_interruptions(conn: sqlite3.Connection, *, now_ms: int, boot_id: str) -> None:
+    """Seed 003 §3: the fence "appends the recovery audit records" — besides each running turn's, one
+    ``plan_interrupted`` record per plan/goal approval it interrupts (``interrupted: "approval"``) and per
+    execution it interrupts (``"execution"``, with its ``executionId``), written before the rows change."""
+    rows = conn.execute(
+        f"SELECT request_id, session_id, kind, turn_id, execution_id, {plans.PENDING}, {plans.EXECUTION_MAY_RUN} "
+        f"FROM plan_approvals WHERE {plans.PENDING} OR {plans.EXECUTION_MAY_RUN} ORDER BY created_at, request_id",
+    ).fetchall()
+    for request_id, session_id, kind, turn_id, execution_id, pending, running in rows:
+        for what, applies in (("approval", pending), ("execution", running)):
+            if not applies:
+                continue
+            payload: dict[str, Any] = {"requestId": request_id, "kind": kind, "interrupted": what}
+            if what == "execution":
+                payload["executionId"] = execution_id
+            payload |= {"turnId": turn_id, "bootId": boot_id, "reason": "host restarted"}
+            conn.execute(
+                "INSERT INTO audit_log(ts, kind, session_id, payload_json) VALUES (?, 'plan_interrupted', ?, ?)",
+                (now_ms, session_id, orjson.dumps(payload).decode()),
+            )
 
 
 def interrupt_deliveries(conn: sqlite3.Connection, *, now_ms: int, running: bool) -> int:

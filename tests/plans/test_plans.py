@@ -191,8 +191,9 @@ def test_full_process_restart_interrupts_approvals(tmp_path: Path) -> None:
         _close_pipes(proc)
     proc = start_host_process(data)
     try:
-        status, pending, stale_a, stale_b, sa, sb, sc = _calls(proc.url, proc.token, [
+        status, audited, pending, stale_a, stale_b, sa, sb, sc = _calls(proc.url, proc.token, [
             ("host.status", {}),
+            ("audit.list", {"kind": "plan_interrupted"}),
             ("plans.pending", {}),
             ("plans.respond", {"requestId": req_a["requestId"], "action": "approve"}),
             ("plans.respond", {"requestId": req_b["requestId"], "action": "reject"}),
@@ -203,6 +204,14 @@ def test_full_process_restart_interrupts_approvals(tmp_path: Path) -> None:
         fence = status["boot"]["fence"]
         assert sorted(fence["abortedTurns"]) == ["ta", "tb"]
         assert (fence["interruptedApprovals"], fence["interruptedExecutions"]) == (1, 1)
+        # seed §3: the fence "appends the recovery audit records": one per approval or execution it interrupted
+        records = sorted((e["sessionId"], e["payload"]) for e in audited["entries"])
+        assert records == sorted([
+            (a, {"requestId": req_a["requestId"], "kind": "plan", "interrupted": "approval", "turnId": "ta",
+                 "bootId": status["boot"]["bootId"], "reason": "host restarted"}),
+            (b, {"requestId": req_b["requestId"], "kind": "goal", "interrupted": "execution",
+                 "executionId": approved["approval"]["executionId"], "turnId": "tb",
+                 "bootId": status["boot"]["bootId"], "reason": "host restarted"})]), records
         assert pending == {"pending": []}
         assert isinstance(stale_a, RpcError) and stale_a.data_code == "CONFLICT"
         assert isinstance(stale_b, RpcError) and stale_b.data_code == "CONFLICT"

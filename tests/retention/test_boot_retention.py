@@ -78,7 +78,9 @@ def test_boot_retention_on_a_seed_directory_never_touches_a_transcript(tmp_path:
     later = run_boot(data, faults=NO_FAULTS, now_ms=lambda: now + 400 * DAY_MS, audit_retention_days=90)
     try:
         assert later.conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 7
-        assert later.report["retention"]["auditPruned"] == audit_left == 4  # only audit rows age out
+        # only audit rows age out: the 3 seed rows, the fence's turn record and its 2 plan records (an approval
+        # and an execution it interrupted)
+        assert later.report["retention"]["auditPruned"] == audit_left == 6
     finally:
         later.conn.close()
     assert _files(root) == before

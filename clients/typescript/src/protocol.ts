@@ -444,7 +444,7 @@ export interface AuditEntry {
 export interface AuditListParams {
   /** Only this session's rows. */
   sessionId?: string | null;
-  /** Only rows of this kind: tool_execute, tool_denied, turn_interrupted, inflight_promoted (an open set). */
+  /** Only rows of this kind: tool_execute, tool_denied, turn_interrupted, plan_interrupted, inflight_promoted (an open set). */
   kind?: string | null;
   /** Rows at or after this time (ms). */
   since?: number | null;
