@@ -97,10 +97,14 @@ def _serve_logged(args: argparse.Namespace, data_dir: DataDir) -> int:
     tune_allocator()
     raise_fd_limit()
     config = host_config(args, data_dir)
+    # a data directory no pi-host ran before (an earlier app's, or a copy of one) has no token yet and never had
+    # a clean-shutdown marker: its first boot is an upgrade, not a recovery from a crash
+    first_start = not data_dir.token_path.exists()
 
     signals_seen: list[int] = []
 
     async def main_async() -> None:
+        nonlocal first_start
         # The receiver is open before the host starts and stays open through the
         # shutdown: a signal during boot stops it before its next step; once serving,
         # the first signal asks for an orderly stop, a second one hurries it.
@@ -113,7 +117,8 @@ def _serve_logged(args: argparse.Namespace, data_dir: DataDir) -> int:
                     async with trio.open_nursery() as nursery:
                         running = await nursery.start(partial(run_host, run_config, shutdown=run.shutdown))
                         run.serving.set()
-                        _say_listening(running, data_dir)
+                        _say_listening(running, data_dir, first_start=first_start)
+                        first_start = False
                     # the host stopped: for good, or to start again on a rebuilt index (RELIABILITY.md row 7)
                     if run.shutdown.restart_reason is None or signals_seen:
                         break
@@ -192,17 +197,19 @@ class _Restarts:
             raise IndexKeepsFailing(reason, self.limit, self.window)
 
 
-def _say_listening(running: Any, data_dir: DataDir) -> None:
+def _say_listening(running: Any, data_dir: DataDir, *, first_start: bool = False) -> None:
     print(f"pi-host listening on {running.url} (data dir {data_dir.root})", flush=True)
-    recovered = recovery_line(running.boot.report)
+    recovered = recovery_line(running.boot.report, first_start=first_start)
     if recovered is not None:
         print(recovered, flush=True)
     log.info("listening", extra={"url": running.url, "dataDir": str(data_dir.root)})
 
 
-def recovery_line(report: dict[str, Any]) -> str | None:
+def recovery_line(report: dict[str, Any], *, first_start: bool = False) -> str | None:
     """One line on what boot repaired after an unclean shutdown (None after a clean one): the log's
-    ``boot finished`` record holds the whole report, a user reading the terminal sees this."""
+    ``boot finished`` record holds the whole report, a user reading the terminal sees this. ``first_start``: no
+    pi-host ran on the data directory before (it had no ``host.token``), so no clean-shutdown marker could be
+    there: the line says what this first boot took in, not that it recovered from a crash."""
     if report.get("cleanShutdown", True):
         return None
     database = report.get("database") or {}
@@ -225,6 +232,9 @@ def recovery_line(report: dict[str, Any]) -> str | None:
         "the database rebuilt from the transcripts" if report.get("dbRebuilt") else None,
     ) if part]
     took = f" in {report['durationMs']} ms" if isinstance(report.get("durationMs"), int) else ""
+    if first_start:
+        what = ", ".join(done) if done else "nothing to take in"
+        return f"pi-host: first start on this data directory{took}: {what}"
     what = ", ".join(done) if done else "nothing needed repair"
     return f"pi-host: recovered from an unclean shutdown{took}: {what}"
 

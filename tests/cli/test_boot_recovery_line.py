@@ -13,6 +13,7 @@ import trio
 from runtime.cli_serve import recovery_line
 from runtime.client import open_client
 from tests.hostkit import HostProcess, msg, start_host_process
+from tests.migrations.seedkit import VERSIONS, build_seed_dir
 
 
 def _stdout_after_listening(host: HostProcess) -> list[str]:
@@ -56,3 +57,21 @@ def test_the_line_says_when_nothing_needed_repair() -> None:
     assert recovery_line(report) == "pi-host: recovered from an unclean shutdown in 7 ms: nothing needed repair"
     assert recovery_line({**report, "cleanShutdown": True}) is None
     assert recovery_line({**report, "database": {"createdFresh": True}}) is None
+
+
+def test_the_first_start_on_an_earlier_apps_directory_is_not_called_a_crash_recovery(tmp_path: Path) -> None:
+    """A seed-era directory never had pi-host's clean-shutdown marker (nor its ``host.token``): its first boot
+    scans and upgrades it, and the line says so, not "recovered from an unclean shutdown"; the second start,
+    after a clean stop, says nothing."""
+    data = tmp_path / "data"
+    build_seed_dir(data, VERSIONS[-1])
+    lines = _stdout_after_listening(start_host_process(data))
+    assert not any("unclean shutdown" in line for line in lines), lines
+    first = [line for line in lines if line.startswith("pi-host: first start on this data directory")]
+    assert len(first) == 1 and "sessions scanned" in first[0], lines
+    assert not any(line.startswith("pi-host: ") and "start" in line
+                   for line in _stdout_after_listening(start_host_process(data))[1:])
+    report = {"cleanShutdown": False, "sessionsScanned": 0, "database": {"createdFresh": False}, "durationMs": 7}
+    assert recovery_line(report, first_start=True) == "pi-host: first start on this data directory in 7 ms: " \
+                                                      "nothing to take in"
+    assert recovery_line({**report, "cleanShutdown": True}, first_start=True) is None
