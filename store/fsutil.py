@@ -29,6 +29,7 @@ __all__ = [
     "published_fsync_dir",
     "open_nofollow",
     "owner_only",
+    "owner_only_fd",
     "remove_file_durable",
     "sweep_temp_files",
     "write_all",
@@ -145,6 +146,22 @@ def owner_only(path: str | os.PathLike[str]) -> bool:
         if exc.errno in _CANNOT_CHMOD:
             return False
         raise classify_os_error(exc, f"making {os.fspath(path)} owner-only") from exc
+    return True
+
+
+def owner_only_fd(fd: int, what: str) -> bool:
+    """:func:`owner_only` for a file the host holds open (a transcript or a revisions file an earlier app
+    created ``0644`` and the host now appends to): ``fchmod`` to ``0600`` when anyone but the owner may read it;
+    whether it changed. Left alone where modes cannot be set (as :func:`owner_only`)."""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not stat.S_IMODE(st.st_mode) & 0o077:
+            return False
+        os.fchmod(fd, 0o600)
+    except OSError as exc:
+        if exc.errno in _CANNOT_CHMOD:
+            return False
+        raise classify_os_error(exc, f"making {what} owner-only") from exc
     return True
 
 

@@ -45,7 +45,7 @@ import orjson
 
 from store.errors import CorruptData, IOFailure, StoreError, classify_os_error
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import open_nofollow, published_fsync_dir, write_all
+from store.fsutil import open_nofollow, owner_only_fd, published_fsync_dir, write_all
 from store.ids import remapped_message_id
 from store.indexing.sql_lists import in_chunks
 from store.jsonio import dumps_line, loads_line
@@ -488,6 +488,8 @@ def append_revision_lines(
     except OSError as exc:
         raise classify_os_error(exc, f"open revisions {target}") from exc
     try:
+        if not created:
+            owner_only_fd(fd, target)  # an earlier app's file may be 0644: the host's files are 0600
         size = os.fstat(fd).st_size
         pre = _repair_tail(fd, size)
         try:

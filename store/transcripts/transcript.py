@@ -43,7 +43,7 @@ from store.errors import (
     classify_os_error,
 )
 from store.faults import NO_FAULTS, Faults
-from store.fsutil import atomic_write, fsync_dir, open_nofollow, write_all
+from store.fsutil import atomic_write, fsync_dir, open_nofollow, owner_only_fd, write_all
 from store.ids import validate_session_id
 from store.jsonio import dumps_line, loads_line, now_rfc3339
 from store.transcripts.records import Root, root_named
@@ -570,6 +570,7 @@ class TranscriptWriter:
         except OSError as exc:
             raise open_error(exc, target, "open transcript") from exc
         try:
+            owner_only_fd(wfd, target)  # an earlier app's file may be 0644: the host's files are 0600
             rfd = open_nofollow(target, os.O_RDONLY)
             try:
                 size = os.fstat(wfd).st_size

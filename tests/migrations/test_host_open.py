@@ -191,3 +191,36 @@ def test_an_index_a_seed_era_build_left_group_readable_is_owner_only_once_the_ho
     after = {p.name: stat.S_IMODE(p.stat().st_mode) for p in data.iterdir() if p.name.startswith("pi.sqlite")}
     assert {name: oct(mode) for name, mode in after.items() if mode != 0o600} == {}
     assert ("pi.sqlite.v6.bak" in after) == (version == 5)
+
+
+def test_a_transcript_and_a_revisions_file_an_earlier_app_left_group_readable_are_owner_only_once_appended_to(
+    tmp_path: Path,
+) -> None:
+    """docs/DESIGN.md "Data directory": files 0600. A seed-era app left its transcripts (and a revisions file)
+    0644; the host that appends to them makes them owner-only (the one it only reads keeps its mode until then;
+    its content is not touched either way)."""
+    data = tmp_path / "data"
+    build_seed_dir(data, VERSIONS[-1])
+    sessions = data / "sessions"
+    for path in sessions.glob("*.jsonl"):
+        os.chmod(path, 0o644)
+    host = start_host_process(data)
+
+    def mode(name: str) -> str:
+        return oct(stat.S_IMODE((sessions / name).stat().st_mode))
+
+    async def touch() -> list[str]:
+        async with open_client(host.url, host.token, client_id="modes", client_kind="test") as c:
+            await c.call("session.appendMessage", {"sessionId": "s-alpha", "message": {
+                "id": "m-new", "role": "user", "blocks": [{"type": "text", "text": "after the upgrade"}]}})
+            appended = [mode("s-alpha.jsonl"), mode("s-alpha.revisions.jsonl")]  # the transcript appended to
+            # a regenerate's cut archives the tail: appended to the revisions file (the transcript is rewritten)
+            await c.call("session.truncateFrom", {"sessionId": "s-alpha", "messageId": "m-new", "mode": "regenerate"})
+            return [*appended, mode("s-alpha.revisions.jsonl")]
+
+    try:
+        seen = trio.run(touch)
+    finally:
+        _stop(host)
+    assert seen == ["0o600", "0o644", "0o600"]
+    assert stat.S_IMODE((sessions / "s-gamma.jsonl").stat().st_mode) == 0o644  # never appended to
