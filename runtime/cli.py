@@ -320,7 +320,9 @@ def _read(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
 def _delegated(raw: list[str]) -> int | None:
     """``pi-host [--data-dir D | --dev] agent|chat ...`` runs the pihost-client program with the rest.
 
-    ``--dev`` becomes ``--data-dir`` of the development root (the client knows only ``--data-dir``).
+    ``--dev`` becomes ``--data-dir`` of the development root (the client knows only ``--data-dir``), after the
+    command too, as for every other command (``agent --dev``: a lone ``--dev`` is never an option's value,
+    argparse refuses a value that looks like an option; after ``--`` it is left alone).
     """
     global_args: list[str] = []
     dev = False
@@ -334,9 +336,12 @@ def _delegated(raw: list[str]) -> int | None:
         i += step
     if i >= len(raw) or raw[i] not in ("agent", "chat"):
         return None
+    name, rest = raw[i], raw[i + 1:]
+    end = rest.index("--") if "--" in rest else len(rest)
+    if "--dev" in rest[:end]:
+        dev, rest = True, [arg for arg in rest[:end] if arg != "--dev"] + rest[end:]
     if dev and not global_args:
         global_args = ["--data-dir", str(DataDir.resolve(None, os.environ, dev=True).root)]
-    name, rest = raw[i], raw[i + 1:]
     try:
         module = importlib.import_module(f"pihost_client.{name}")
     except ImportError:

@@ -112,3 +112,17 @@ def test_scripts_serve_from_a_checkout_is_a_development_build(tmp_path: Path) ->
     assert root == tmp_path / ".pi-desktop-dev"
     assert first.startswith(f"pi-host: serving the development data directory {tmp_path / '.pi-desktop-dev'}")
     assert not (tmp_path / ".pi-desktop").exists()
+
+
+def test_dev_after_agent_and_chat_picks_the_dev_root_as_before_them(tmp_path: Path) -> None:
+    """README: "--dev (any command)" - `pi-host agent --dev` and `pi-host chat --dev` address the dev root
+    like `pi-host --dev agent` (they answered "unrecognized arguments: --dev", exit 2, while `status --dev`
+    worked), and never the packaged ~/.pi-desktop."""
+    for name in ("agent", "chat"):
+        before = subprocess.run([sys.executable, "-m", "runtime.cli", "--dev", name], cwd=REPO,
+                                env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+        after = subprocess.run([sys.executable, "-m", "runtime.cli", name, "--dev"], cwd=REPO,
+                               env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+        assert str(tmp_path / ".pi-desktop-dev") in before.stderr, before.stderr
+        assert (after.returncode, after.stderr) == (before.returncode, before.stderr)
+    assert not (tmp_path / ".pi-desktop").exists() and not (tmp_path / ".pi-desktop-dev").exists()
