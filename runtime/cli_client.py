@@ -210,6 +210,9 @@ def print_search(res: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"{r['sessionId']}  {r.get('messageMatches', 0)} matches  {r.get('title') or ''}")
         for snip in r.get("snippets", []):
             print(f"    [{snip.get('seq')}] {snip.get('role')}: {snip.get('snippet')}")
+    if res.get("nextCursor"):  # on stderr, as `sessions` says it: the listing on stdout stays as it is
+        print(f"pi-host: {len(res['results'])} of {res.get('totalSessions')} matching sessions shown "
+              "(--limit: up to 100)", file=sys.stderr)
 
 
 def _duration(ms: int) -> str:

@@ -155,6 +155,35 @@ def test_json_output_parses_online_and_offline_alike(tmp_path: Path) -> None:
     assert [m["seq"] for m in paged["messages"]] == [1, 2]
 
 
+def test_search_says_on_stderr_when_more_sessions_match_than_it_printed(tmp_path: Path) -> None:
+    """``pi-host search`` printed the first ``--limit`` (20) matching sessions and nothing about the rest, so a
+    newcomer took 20 for all; ``sessions`` says "more sessions" on stderr. Now search does too (online and
+    offline alike), with the total and how to see more; stdout stays one session a line."""
+    data = tmp_path / "data"
+    host, _ = seeded(data)
+
+    async def two_more() -> None:
+        async with open_client(host.url, host.token, client_id="cli-more", client_kind="test") as c:
+            for n in range(2):
+                sid = str((await c.call("session.create", {"title": f"more {n}"}))["id"])
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg("x", "数据库 again")})
+
+    try:
+        trio.run(two_more)
+        online = cli("--data-dir", str(data), "search", "数据库", "--limit", "2")
+        every = cli("--data-dir", str(data), "search", "数据库")
+    finally:
+        host.terminate()
+        host.proc.communicate()
+    offline = cli("--data-dir", str(data), "search", "数据库", "--limit", "2")
+    for done in (online, offline):
+        assert done.returncode == 0, done.stderr
+        assert len([line for line in done.stdout.splitlines() if not line.startswith(" ")]) == 2
+        assert "pi-host: 2 of 3 matching sessions shown (--limit: up to 100)" \
+            in done.stderr.splitlines(), done.stderr
+    assert every.returncode == 0 and every.stderr == ""  # all 3 shown: nothing to say
+
+
 def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path: Path) -> None:
     """``pi-host sessions --json | head -1``: no traceback when the pipe closes (online and offline)."""
     data = tmp_path / "data"
