@@ -108,7 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--dev", action="store_true", default=argparse.SUPPRESS, help=dev_help)
     sub = ap.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the host in the foreground", parents=[common])
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT,
+                       help=f"port on the loopback address (default {DEFAULT_PORT}); 0 picks a free port")
     serve.add_argument("--host", type=_loopback_host, default="127.0.0.1",
                        help="loopback address to listen on (127.0.0.1, ::1 or localhost; nothing else)")
     serve.add_argument("--allow-origin", action="append", default=[], help="browser Origin to accept")
@@ -171,18 +172,18 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="print a session's newest messages (offline when no host runs)",
                           parents=[common, as_json])
     show.add_argument("session")
-    show.add_argument("--limit", type=int, default=20)
+    show.add_argument("--limit", type=int, default=20, help="messages to print, the newest (1-5000, default 20)")
     show.add_argument("--before", type=int, default=None, help="page back: end the window before this position")
     search = sub.add_parser("search", help="search every session (offline when no host runs)",
                             parents=[common, as_json])
     search.add_argument("query")
-    search.add_argument("--limit", type=int, default=20)
+    search.add_argument("--limit", type=int, default=20, help="matching sessions to print (1-100, default 20)")
     follow = sub.add_parser("follow", help="tail a session's events (Ctrl-C stops: exit 130)",
                             parents=[common, as_json], description=FOLLOW_DESCRIPTION)
     follow.add_argument("session")
     stop = sub.add_parser("stop", help="stop the running host cleanly (SIGTERM, wait for clean-shutdown)",
                           parents=[common])
-    stop.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+    stop.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
     opener = sub.add_parser("open", help="open the browser inspector with a one-time login code", parents=[common])
     opener.add_argument("--print", action="store_true", help="print the URL instead of starting a browser")
     for name, text in (("agent", "the reference agent sidecar (see `pi-host agent --help`)"),
