@@ -407,7 +407,8 @@ def build_model(args: argparse.Namespace) -> Model | None:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pi-host agent", description="the reference agent sidecar")
-    ap.add_argument("--data-dir", help="data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)")
+    ap.add_argument("--data-dir", help="data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop; "
+                    "`pi-host ... --dev`: ~/.pi-desktop-dev)")
     ap.add_argument("--model", default=None,
                     help="'fake' (canned replies, no network; the default without --provider/--base-url) or a "
                          "model id (used when a session names none)")

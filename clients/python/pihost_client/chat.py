@@ -366,7 +366,8 @@ async def run(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pi-host chat", description="chat with the agent through the host")
     ap.add_argument("session", nargs="?", help="session to resume (default: a new one)")
-    ap.add_argument("--data-dir", help="data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop)")
+    ap.add_argument("--data-dir", help="data directory (default: $PI_DESKTOP_DATA_DIR or ~/.pi-desktop; "
+                    "`pi-host ... --dev`: ~/.pi-desktop-dev)")
     ap.add_argument("--title", default="Chat", help="title of a new session")
     ap.add_argument("--project", default=None, help="project root of a new session (the agent's tools use it)")
     ap.add_argument("--permission-mode", choices=("ask", "accept-edits", "auto", "inherit"), default="ask",
