@@ -83,6 +83,12 @@ def _loopback_host(value: str) -> str:
     return value.strip("[]")
 
 
+EXIT_CODES = ("exit codes: 0 ok, 1 an error the host answered (its code, message and field details are printed), "
+              "2 no host, 3 the data directory is in use, 4 actors kept crashing, 5 the data directory could not be "
+              "opened (e.g. a refused migration), 6 the port is in use, 128+N a signal stopped `serve` during boot "
+              "(130 SIGINT, 143 SIGTERM); `doctor` and `follow` say their own in their help")
+
+
 def _retention_days(value: str) -> int:
     """``serve --audit-retention-days``: whole days, 1 to 36500 (seed 003 §8: 90, configurable)."""
     try:
@@ -98,7 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     data_dir_help = "data directory (default: $PI_DESKTOP_DATA_DIR, else ~/.pi-desktop, or with --dev " \
                     "~/.pi-desktop-dev)"
     dev_help = "a development build: default to ~/.pi-desktop-dev, never the desktop app's ~/.pi-desktop"
-    ap = argparse.ArgumentParser(prog="pi-host", description="pi-host: durable local store for agent sessions")
+    ap = argparse.ArgumentParser(prog="pi-host", description="pi-host: durable local store for agent sessions",
+                                 epilog=EXIT_CODES)
     ap.add_argument("--data-dir", help=data_dir_help)
     ap.add_argument("--dev", action="store_true", help=dev_help)
     ap.add_argument("--version", action="version", version=f"pi-host {VERSION} (protocol {PROTOCOL_VERSION})")
@@ -149,8 +156,9 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--include-thinking", action="store_true")
     exp.add_argument("--include-secrets", action="store_true")
     _config_parsers(sub, common)
-    doctor = sub.add_parser("doctor", help="check a stopped host's data directory (exit 0 clean, 1 repairable "
-                            "or repaired, 2 damage it cannot repair, 3 refused)", parents=[common])
+    doctor_help = ("check a stopped host's data directory (exit 0 clean, 1 repairable or repaired, 2 damage it "
+                   "cannot repair, 3 refused)")
+    doctor = sub.add_parser("doctor", help=doctor_help, description=doctor_help, parents=[common])
     doctor.add_argument("--repair", action="store_true", help="repair what can be repaired from the files")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     return ap

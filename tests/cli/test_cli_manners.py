@@ -46,6 +46,14 @@ def test_no_command_prints_help_and_serves_nothing(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stdout.startswith("usage: pi-host") and "serve" in done.stdout and "completion" in done.stdout
     assert not (tmp_path / ".pi-desktop").exists()
+    # the exit codes a script meets are in the help (they were only in the module's docstring)
+    text = " ".join(done.stdout.split())
+    for code in ("0 ok", "1 an error the host answered", "2 no host", "3 the data directory is in use",
+                 "4 actors kept crashing", "5 the data directory could not be opened", "6 the port is in use"):
+        assert code in text, code
+    doctor = cli("doctor", "--help")
+    assert "exit 0 clean, 1 repairable or repaired, 2 damage it cannot repair, 3 refused" in " ".join(
+        doctor.stdout.split())
 
 
 def test_version() -> None:
