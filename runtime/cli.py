@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from protocol.version import PROTOCOL_VERSION
-from runtime.cli_client import EXIT_NO_HOST, OFFLINE_COMMANDS, find_host, stop_host
+from runtime.cli_client import EXIT_NO_HOST, OFFLINE_COMMANDS, SESSIONS_PAGE, find_host, stop_host
 from runtime.cli_completion import completion_script
 from runtime.config import DEFAULT_PORT
 from runtime.datadir import DataDir
@@ -173,7 +173,8 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     sub.add_parser("status", help=status_help, description=status_help, parents=[common, as_json])
     sessions = sub.add_parser("sessions", help="list sessions, newest first, a page at a time (offline when no host "
                               "runs)", parents=[common, as_json])
-    sessions.add_argument("--limit", type=int, default=200, help="sessions per page (1-500, default 200)")
+    sessions.add_argument("--limit", type=int, default=SESSIONS_PAGE,
+                          help=f"sessions per page (1-500, default {SESSIONS_PAGE})")
     sessions.add_argument("--cursor", default=None,
                           help="the next page: the cursor a page ended with (on stderr, or nextCursor with --json)")
     sessions.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # shell completion

@@ -31,6 +31,7 @@ import errno
 import fcntl
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -44,10 +45,11 @@ from runtime.datadir import DataDir
 if TYPE_CHECKING:  # an annotation only: the client (trio, websockets) is imported by the commands that talk
     from runtime.client import RpcError
 
-__all__ = ["EXIT_ERROR", "EXIT_NO_HOST", "OFFLINE_COMMANDS", "HostState", "find_host", "print_error",
-           "print_result", "print_rpc_error", "stop_host"]
+__all__ = ["EXIT_ERROR", "EXIT_NO_HOST", "OFFLINE_COMMANDS", "SESSIONS_PAGE", "HostState", "find_host",
+           "print_error", "print_result", "print_rpc_error", "stop_host"]
 
 EXIT_ERROR = 1
+SESSIONS_PAGE = 200  # `sessions --limit`'s default
 EXIT_NO_HOST = 2
 
 
@@ -153,7 +155,21 @@ def print_sessions(res: dict[str, Any], args: argparse.Namespace) -> None:
         for s in res["sessions"]:
             print(f"{s['id']}  {s['messageCount']:>6} msgs  {s.get('title') or '(untitled)'}")
         if res.get("nextCursor"):  # on stderr: the listing on stdout stays one session a line
-            print(f"pi-host: more sessions: pi-host sessions --cursor {res['nextCursor']}", file=sys.stderr)
+            print(f"pi-host: more sessions: {_next_page_command(args, res['nextCursor'])}", file=sys.stderr)
+
+
+def _next_page_command(args: argparse.Namespace, cursor: str) -> str:
+    """``pi-host [--data-dir D | --dev] sessions [--limit N] --cursor C``: the next page of what was asked, to
+    paste as it is (without the data directory it would list another one's)."""
+    words = ["pi-host"]
+    if getattr(args, "data_dir", None):
+        words += ["--data-dir", str(args.data_dir)]
+    elif getattr(args, "dev", False):
+        words.append("--dev")
+    words.append("sessions")
+    if args.limit != SESSIONS_PAGE:
+        words += ["--limit", str(args.limit)]
+    return shlex.join([*words, "--cursor", cursor])
 
 
 def _block_text(block: Mapping[str, Any]) -> str | None:

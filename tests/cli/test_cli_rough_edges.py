@@ -173,7 +173,10 @@ def test_sessions_pages_with_cursor_online_and_offline_alike(host: HostProcess) 
     assert [len(p) for p in online] == [2, 2, 1] and sorted(sum(online, [])) == sorted(ids)
     text = cli(host.data_dir, "sessions", "--limit", "2")
     assert text.returncode == 0 and len(text.stdout.splitlines()) == 2
-    assert text.stderr.strip() == f"pi-host: more sessions: pi-host sessions --cursor {online_cursors[0]}"
+    # the next page's command as given (the data directory and --limit too: without them it listed the default
+    # data directory's sessions, 200 a page)
+    more = f"pi-host: more sessions: pi-host --data-dir {host.data_dir} sessions --limit 2 --cursor {online_cursors[0]}"
+    assert text.stderr.strip() == more
     bad_online = [cli(host.data_dir, "sessions", "--cursor", c).stderr for c in ("", "zzz", "a" * 513)]
     assert [e.split(":")[1].strip() for e in bad_online] == ["INVALID_PARAMS", "INVALID_CURSOR", "INVALID_PARAMS"]
     host.terminate()
@@ -182,7 +185,7 @@ def test_sessions_pages_with_cursor_online_and_offline_alike(host: HostProcess) 
     assert _pages(host.data_dir, "--cursor", str(online_cursors[0]))[0] == online[1:]  # an online cursor, offline
     assert offline_cursors == online_cursors
     text = cli(host.data_dir, "sessions", "--limit", "2")
-    assert text.stderr.splitlines()[-1] == f"pi-host: more sessions: pi-host sessions --cursor {online_cursors[0]}"
+    assert text.stderr.splitlines()[-1] == more
     bad_offline = [cli(host.data_dir, "sessions", "--cursor", c) for c in ("", "zzz", "a" * 513)]
     assert [(d.returncode, d.stderr) for d in bad_offline] == [(1, e) for e in bad_online]
 
