@@ -118,7 +118,9 @@ async def settle_ended_turns_leftover(ctx: SessionContext, turn_id: str) -> None
     used to overwrite it, losing that reply. Promoted (``completed`` when its turn completed, else
     ``aborted`` + ``interrupted``; a final arriving later replaces the promoted row), removed when its final
     landed meanwhile, quarantined when unreadable. ``turn_id``'s own checkpoint, and one of a turn that may
-    still be running (a damaged status), are left alone."""
+    still be running (a damaged status), are left alone. Never the calling write's effect (a start, a
+    checkpoint): the promotion's commit stores no receipt, the caller's own commit stores the caller's."""
+    ctx = ctx.without_receipt()
     if await cached_checkpoint_id(ctx) is None:
         return
     paths, sid, now = ctx.paths, ctx.sid, ctx.now()

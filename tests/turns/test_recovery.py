@@ -352,3 +352,52 @@ async def test_a_checkpoint_never_replaces_the_reply_an_ended_turn_left_even_whe
             assert [(m["id"], m["meta"]["status"]) for m in page["messages"] if m["role"] == "assistant"] == [
                 ("a1", "completed")]
             assert page["inflight"]["message"]["id"] == "a2"
+
+
+async def test_a_keyed_start_that_settles_the_leftover_answers_its_turn_and_keeps_its_receipt(tmp_path):
+    """The same leftover, settled by a keyed ``session.startTurn`` (``submissionId``, as every client
+    retrying safely sends it): the promotion is not the call's effect, so its commit carries no receipt.
+    It carried the start's: the start answered INTERNAL (its handler answered the turn, the receipt held
+    the promoted message's ref) and a retry was answered with that ref instead of the turn. Found by
+    tests/integrity/test_cross_connection_races.py under PIHOST_SOAK=1 (seeds 4 and 8)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            await start(c, sid, "t1")
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
+                                                         "message": assistant("a1", "the reply so far", "streaming")})
+            await end(c, sid, "t1", "completed")  # its final row never lands: the checkpoint is kept (D327)
+            first = await start(c, sid, "t2", submissionId="start-t2")
+            assert first["id"] == "t2" and first["status"] == "running"
+            assert await start(c, sid, "t2", submissionId="start-t2") == first  # the retry: the same answer
+            page = await c.call("session.get", {"sessionId": sid})
+            assert [(m["id"], m["meta"]["status"]) for m in page["messages"] if m["role"] == "assistant"] == [
+                ("a1", "completed")]
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:  # the receipt, from the database
+            assert await start(c, sid, "t2", submissionId="start-t2") == first
+
+
+async def test_a_keyed_checkpoint_that_settles_the_leftover_keeps_its_own_answer_as_its_receipt(tmp_path):
+    """The leftover the start could not write (a full disk there), settled by the new turn's first keyed
+    ``session.saveInflightMessage``: the promotion's commit stored the save's receipt with the promoted
+    message's ref (the save's own receipt row was then ignored), so the retry was answered that ref
+    (``{"id": "a1", ...}``)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path, faults_spec="append.before_write:2:enospc") as host, \
+                client_for(host) as c:
+            sid = await new_session(c)
+            await start(c, sid, "t1")
+            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
+            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
+                                                         "message": assistant("a1", "the reply so far", "streaming")})
+            await end(c, sid, "t1", "completed")
+            assert (await start(c, sid, "t2"))["status"] == "running"  # started, though a1 could not be written
+            params = {"sessionId": sid, "turnId": "t2", "message": assistant("a2", "second reply"),
+                      "submissionId": "save-a2"}
+            assert await c.call("session.saveInflightMessage", params) == {"saved": True}
+            page = await c.call("session.get", {"sessionId": sid})
+            assert [(m["id"], m["meta"]["status"]) for m in page["messages"] if m["role"] == "assistant"] == [
+                ("a1", "completed")]
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:  # the retry, from its receipt row
+            assert await c.call("session.saveInflightMessage", params) == {"saved": True}
