@@ -21,6 +21,7 @@ import orjson
 
 from store import approvals, artifacts, assistant_edit, orphans, receipts, thread_meta, trash, turns
 from store.collab import DELIVERED_META
+from store.config.settings_rules import THINKING_LEVELS
 from store.errors import CorruptData, classify_os_error
 from store.fsutil import open_nofollow
 from store.ids import remapped_message_id
@@ -30,6 +31,7 @@ from store.indexing.sql_lists import in_chunks
 from store.interchange.import_rebuild import restore_imported
 from store.interchange.origin_history import origin_row
 from store.jsonio import loads_line, now_rfc3339
+from store.queue import PERMISSION_MODES
 from store.queue import forget_session as forget_queue
 from store.revisions import (
     RevisionFile,
@@ -441,10 +443,26 @@ def verify_clean(conn: Any, session_id: str, path: Path, plan: ReconcilePlan) ->
 
 
 def session_info_settings(info: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The session settings a ``session_info`` line sets. A value of another JSON type than the setting's,
+    or a thinking level or permission mode the host does not know (a line damaged by hand), sets nothing; a
+    ``projectPath`` that is not text names no project, as :func:`store.transcripts.records.root_named`
+    reads it for the lines after it."""
     if not info:
         return {}
-    keys = ("title", "projectPath", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode")
-    return {k: info[k] for k in keys if k in info}
+    settings: dict[str, Any] = {}
+    for k in ("title", "projectPath", "providerId", "modelId", "mode", "thinkingLevel", "permissionMode"):
+        if k not in info:
+            continue
+        value = info[k]
+        if isinstance(value, str) or (value is None and k in ("projectPath", "providerId", "modelId")):
+            settings[k] = value
+        elif k == "projectPath":
+            settings[k] = None
+    if settings.get("thinkingLevel") not in (None, *THINKING_LEVELS):
+        del settings["thinkingLevel"]
+    if settings.get("permissionMode") not in (None, *PERMISSION_MODES):
+        del settings["permissionMode"]
+    return settings
 
 
 def imported_source(info: Mapping[str, Any] | None) -> str | None:

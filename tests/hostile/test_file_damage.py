@@ -616,6 +616,31 @@ async def test_a_valid_json_line_of_the_wrong_shape(tmp_path: Path, template: tu
     _check(await _boot_and_read(data, names, "second"), data)
 
 
+NEWEST_INFO_SHAPES: dict[str, bytes] = {
+    "project-a-number": _line(type="session_info", projectPath=5),
+    "every-setting-mistyped": _line(type="session_info", title=5, projectPath=["x"], providerId=7, modelId={},
+                                    mode=[], thinkingLevel=3, permissionMode=True),
+    "modes-unknown": _line(type="session_info", mode="yolo", thinkingLevel="ultra", permissionMode="yolo"),
+}
+
+
+@pytest.mark.parametrize("shape", list(NEWEST_INFO_SHAPES))
+async def test_the_newest_session_info_line_with_mistyped_settings(
+        tmp_path: Path, template: tuple[Path, dict[str, str]], shape: str) -> None:
+    """The newest ``session_info`` line (the one whose settings the row takes) with a setting of the wrong
+    JSON type, between two hosts: boot reconciled the grown transcript and crashed (``AttributeError: 'int'
+    object has no attribute 'strip'`` canonicalizing the project path; found by
+    ``test_a_file_damaged_between_two_hosts[transcript-retype-5]`` under PIHOST_SOAK=1). A mistyped setting
+    sets nothing; a project path that is not text names no project."""
+    src, names = template
+    data = tmp_path / "data"
+    shutil.copytree(src, data, symlinks=True)
+    target = FILES["transcript"](data)
+    target.write_bytes(target.read_bytes() + NEWEST_INFO_SHAPES[shape] + b"\n")
+    _check(await _boot_and_read(data, names, "first"), data)
+    _check(await _boot_and_read(data, names, "second"), data)
+
+
 REVIEW_META_CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "before-renamed": lambda m: m.__setitem__("bdfore", m.pop("before")),
     "before-a-string": lambda m: m.__setitem__("before", "x"),
