@@ -294,6 +294,18 @@ async def test_a_checkpoint_an_earlier_build_wrote_without_a_crc_is_still_promot
             got = (await c.call("session.get", {"sessionId": sid}))["messages"]
             assert [m["id"] for m in got] == ["u1", "a1"] and got[1]["blocks"][0]["text"] == "the reply so far"
 
+async def session_with_a_reply_left(c, end_status: str) -> str:
+    """A new session whose turn ``t1`` ended ``end_status`` (completed/error) with its reply ``a1`` only in the
+    checkpoint file: the final row never landed, so the checkpoint is kept for the outbox or boot (D327)."""
+    sid = await new_session(c)
+    await start(c, sid, "t1")
+    await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
+    await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
+                                                 "message": assistant("a1", "the reply so far", "streaming")})
+    await end(c, sid, "t1", end_status)
+    return sid
+
+
 
 @pytest.mark.parametrize(("end_status", "settled_as"), [("completed", "completed"), ("error", "aborted")])
 async def test_the_next_turns_checkpoint_never_overwrites_the_reply_the_turn_before_left(
@@ -305,12 +317,7 @@ async def test_the_next_turns_checkpoint_never_overwrites_the_reply_the_turn_bef
     order a restart between the turns gives), and a checkpoint never replaces one an ended turn left."""
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
-            sid = await new_session(c)
-            await start(c, sid, "t1")
-            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
-            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
-                                                         "message": assistant("a1", "the reply so far", "streaming")})
-            await end(c, sid, "t1", end_status)  # its final row never lands: the checkpoint is kept (D327)
+            sid = await session_with_a_reply_left(c, end_status)
             await start(c, sid, "t2")
             await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t2", "message": msg("u2", "again")})
             saved = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t2",
@@ -337,12 +344,7 @@ async def test_a_checkpoint_never_replaces_the_reply_an_ended_turn_left_even_whe
     with trio.fail_after(60):
         async with inprocess_host(tmp_path, faults_spec="append.before_write:2:enospc") as host, \
                 client_for(host) as c:
-            sid = await new_session(c)
-            await start(c, sid, "t1")
-            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
-            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
-                                                         "message": assistant("a1", "the reply so far", "streaming")})
-            await end(c, sid, "t1", "completed")
+            sid = await session_with_a_reply_left(c, "completed")
             assert (await start(c, sid, "t2"))["status"] == "running"  # started, though a1 could not be written
             assert json.loads(ckpt(tmp_path, sid).read_bytes())["message"]["id"] == "a1"  # still there
             saved = await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t2",
@@ -362,12 +364,7 @@ async def test_a_keyed_start_that_settles_the_leftover_answers_its_turn_and_keep
     tests/integrity/test_cross_connection_races.py under PIHOST_SOAK=1 (seeds 4 and 8)."""
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
-            sid = await new_session(c)
-            await start(c, sid, "t1")
-            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
-            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
-                                                         "message": assistant("a1", "the reply so far", "streaming")})
-            await end(c, sid, "t1", "completed")  # its final row never lands: the checkpoint is kept (D327)
+            sid = await session_with_a_reply_left(c, "completed")
             first = await start(c, sid, "t2", submissionId="start-t2")
             assert first["id"] == "t2" and first["status"] == "running"
             assert await start(c, sid, "t2", submissionId="start-t2") == first  # the retry: the same answer
@@ -386,12 +383,7 @@ async def test_a_keyed_checkpoint_that_settles_the_leftover_keeps_its_own_answer
     with trio.fail_after(60):
         async with inprocess_host(tmp_path, faults_spec="append.before_write:2:enospc") as host, \
                 client_for(host) as c:
-            sid = await new_session(c)
-            await start(c, sid, "t1")
-            await c.call("session.appendMessage", {"sessionId": sid, "turnId": "t1", "message": msg("u1", "question")})
-            await c.call("session.saveInflightMessage", {"sessionId": sid, "turnId": "t1",
-                                                         "message": assistant("a1", "the reply so far", "streaming")})
-            await end(c, sid, "t1", "completed")
+            sid = await session_with_a_reply_left(c, "completed")
             assert (await start(c, sid, "t2"))["status"] == "running"  # started, though a1 could not be written
             params = {"sessionId": sid, "turnId": "t2", "message": assistant("a2", "second reply"),
                       "submissionId": "save-a2"}
