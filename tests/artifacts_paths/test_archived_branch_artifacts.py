@@ -43,6 +43,19 @@ async def _append(c: HostClient, sid: str, message: dict[str, Any], turn: str | 
     await trio.sleep(0.005)  # each line its own millisecond: the list's order is the order they were written
 
 
+async def _x_cut_then_y_written(c: HostClient, ws: Path, title: str) -> str:
+    """A session under ``ws`` that wrote then edited x.md, cut both lines (``truncateFrom`` w1, no archive), then
+    wrote y.md."""
+    sid = str((await c.call("session.create", {"projectPath": str(ws), "title": title}))["id"])
+    await say(c, sid, "u1", "write x")
+    await _append(c, sid, write_tool("w1", "x.md"))
+    await _append(c, sid, write_tool("e1", "x.md", "Edit"))
+    await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1"})
+    await say(c, sid, "u2", "write y")
+    await _append(c, sid, write_tool("w2", "y.md"))
+    return sid
+
+
 async def _regenerated_session(c: HostClient, ws: Path) -> str:
     """Turn t1 writes then edits x.md and writes z.md; the reply is regenerated from u1's answer on (the
     branch with those lines archived); turn t2 writes y.md and edits z.md."""
@@ -114,13 +127,7 @@ async def test_a_file_whose_line_a_cut_or_a_replace_dropped_stays_listed_after_t
     data.mkdir()
     with trio.fail_after(120):
         async with real_host(data) as (proc, c):
-            sid = str((await c.call("session.create", {"projectPath": str(ws), "title": "cut"}))["id"])
-            await say(c, sid, "u1", "write x")
-            await _append(c, sid, write_tool("w1", "x.md"))
-            await _append(c, sid, write_tool("e1", "x.md", "Edit"))
-            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1"})
-            await say(c, sid, "u2", "write y")
-            await _append(c, sid, write_tool("w2", "y.md"))
+            sid = await _x_cut_then_y_written(c, ws, "cut")
             await _append(c, sid, write_tool("w3", "z.md"))
             kept = [m for m in (await c.call("session.get", {"sessionId": sid, "full": True}))["messages"]
                     if m["id"] != "w2"]
@@ -216,13 +223,7 @@ async def test_the_rows_an_older_hosts_header_carries_are_listed_and_carried_on_
     sessions = data / "sessions"
     with trio.fail_after(120):
         async with real_host(data) as (proc, c):
-            sid = str((await c.call("session.create", {"projectPath": str(ws), "title": "older"}))["id"])
-            await say(c, sid, "u1", "write x")
-            await _append(c, sid, write_tool("w1", "x.md"))
-            await _append(c, sid, write_tool("e1", "x.md", "Edit"))
-            await c.call("session.truncateFrom", {"sessionId": sid, "messageId": "w1"})
-            await say(c, sid, "u2", "write y")
-            await _append(c, sid, write_tool("w2", "y.md"))
+            sid = await _x_cut_then_y_written(c, ws, "older")
             want = await _listed(c, sid)
             assert [(a["path"], a["op"]) for a in want] == [(f"{ws}/y.md", "write"), (f"{ws}/x.md", "edit")]
             proc.kill9()
