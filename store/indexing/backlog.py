@@ -27,6 +27,7 @@ from typing import Any
 
 from store.faults import NO_FAULTS, Faults
 from store.indexing import index
+from store.indexing.database import checkpoint_wal
 from store.indexing.reconcile import ReconcilePlan, apply_plan, read_header, repair_session, scan_from
 
 __all__ = ["CATCH_UP_STEP_BYTES", "WAL_BOUND_BYTES", "Backlog", "Repair", "Steps", "checkpoint_between", "next_step",
@@ -121,13 +122,7 @@ def checkpoint_between(conn: sqlite3.Connection, *, truncate: bool = False) -> b
         busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         if not busy and log == done:
             return True
-    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
-    conn.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_WAIT_MS}")
-    try:
-        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
-    return not busy
+    return not checkpoint_wal(conn, wait_ms=_CHECKPOINT_WAIT_MS).busy
 
 
 @dataclass

@@ -155,9 +155,18 @@ class CheckpointResult(NamedTuple):
     checkpointed_frames: int
 
 
-def checkpoint_wal(conn: sqlite3.Connection) -> CheckpointResult:
-    """``PRAGMA wal_checkpoint(TRUNCATE)``; ``busy`` means a reader blocked it."""
-    busy, log, done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+def checkpoint_wal(conn: sqlite3.Connection, *, wait_ms: int | None = None) -> CheckpointResult:
+    """``PRAGMA wal_checkpoint(TRUNCATE)``; ``busy`` means a reader blocked it. ``wait_ms``: wait at most that
+    long for the readers instead of the connection's ``busy_timeout``, which is put back after."""
+    if wait_ms is None:
+        busy, log, done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return CheckpointResult(bool(busy), int(log), int(done))
+    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+    try:
+        busy, log, done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
     return CheckpointResult(bool(busy), int(log), int(done))
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from store.errors import StorageFull
+from store.indexing.database import checkpoint_wal
 
 __all__ = ["FOLD_SLACK_BYTES", "Fold", "close_unfolded", "fold_needs", "fold_or_refuse", "fold_wal", "free_bytes",
            "short_of_room"]
@@ -107,13 +108,8 @@ def fold_wal(conn: sqlite3.Connection) -> Fold:
         return Fold(wal, growth, free, folded=True)
     if growth and growth + FOLD_SLACK_BYTES > free:
         return Fold(wal, growth, free, folded=False)
-    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
-    conn.execute(f"PRAGMA busy_timeout = {_FOLD_WAIT_MS}")
-    try:
-        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
-    return Fold(wal, growth, free, folded=not busy, busy=bool(busy))
+    busy = checkpoint_wal(conn, wait_ms=_FOLD_WAIT_MS).busy
+    return Fold(wal, growth, free, folded=not busy, busy=busy)
 
 
 def fold_or_refuse(conn: sqlite3.Connection) -> Fold:
