@@ -50,7 +50,12 @@ Rules:
 * callbacks: settling a delivery with ``notify_on_completion`` creates at most
   one ``completion`` row back to the source (the partial unique index on
   ``reply_to_message_id``), holding a bounded projection of the result, bound
-  to an admission in the source's queue; a completion never creates another;
+  to an admission in the source's queue; a completion never creates another.
+  It carries its delivery's ceiling (the host's reply inside that exchange),
+  and the target rule applies: a source whose mode now exceeds it (it sent
+  with a lower ``permissionCeiling``, or raised its mode since) would refuse
+  it at every begin, so it is recorded ``failed`` (``PERMISSION_DENIED``) and
+  not admitted, as one a full queue cannot take (``QUEUE_FULL``);
 * a begin is one effect: its input line (``collab-<deliveryId>``) lands first,
   then the ledger. The line is the proof that its turn began the delivery: a
   retry of the same begin (same delivery and turn), keyed or not, after any
@@ -625,13 +630,15 @@ def _callback(conn: sqlite3.Connection, changed: Changed, row: Mapping[str, Any]
             kind="completion", content=content, notify=False, reply_to=row["id"], key=f"completion:{row['id']}",
             hops=0, ceiling=row["permissionCeiling"], now_ms=now_ms)
     try:
-        mode = effective_permission(conn, source)
+        mode = _check_ceiling(conn, source, row["permissionCeiling"])
         _admit(conn, changed, session_id=source, delivery_id=callback_id, plugin_id=row["pluginId"],
-               content=content, permission_mode=_lower(mode, row["permissionCeiling"]), entry_id=entry_id,
-               now_ms=now_ms, faults=faults)
-    except LimitExceeded:
-        conn.execute("UPDATE session_collaboration_messages SET status = 'failed', error = 'QUEUE_FULL' "
-                     "WHERE id = ?", (callback_id,))
+               content=content, permission_mode=mode, entry_id=entry_id, now_ms=now_ms, faults=faults)
+    except (LimitExceeded, PermissionDenied) as refused:
+        # recorded, never queued: a full queue cannot take it, and a sender whose mode now exceeds the
+        # ceiling it gave the delivery would refuse it at every begin (the rule deliver applies to a target)
+        error = "QUEUE_FULL" if isinstance(refused, LimitExceeded) else "PERMISSION_DENIED"
+        conn.execute("UPDATE session_collaboration_messages SET status = 'failed', error = ? WHERE id = ?",
+                     (error, callback_id))
     changed.deliveries.append(get(conn, callback_id))
 
 
