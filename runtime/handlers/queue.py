@@ -292,7 +292,8 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
     leases): whether a handed-out prompt landed is read from the index, so
     the read barrier comes first. Nothing while the queue is held or a turn
     is running (``reason`` says which); a caller that is not the attached
-    controller, or not a sidecar at all, gets CONFLICT.
+    controller (another controller id, or the right one quoted by a client
+    that did not attach it), or not a sidecar at all, gets CONFLICT.
     """
     _require_controller_kind(ctx)
     slot = _slot(ctx)
@@ -303,6 +304,12 @@ async def take(ctx: SessionContext, p: m.QueueControllerParams, key: ReceiptKey 
             f"{p.controller_id} is not the queue controller of session {ctx.sid} "
             f"(the controller is {slot.controller_id})",
             data={"sessionId": ctx.sid, "controllerId": p.controller_id},
+        )
+    if slot.client_id != ctx.caller.client_id:  # the id is public (queueList): only the attaching client takes
+        raise Conflict(
+            f"client {ctx.caller.client_id} did not attach the queue controller {p.controller_id} of session "
+            f"{ctx.sid}; session.queueAttach first",
+            data={"sessionId": ctx.sid, "controllerId": p.controller_id, "clientId": ctx.caller.client_id},
         )
     now, sid, faults, client = ctx.now(), ctx.sid, ctx.faults, ctx.caller.client_id
     taken: list[dict[str, Any]] = []

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from runtime.client import RpcError
-from tests.acceptance.outsiderkit import all_at_once, client, code_of, data_dir, real_host, shared_host
+from tests.acceptance.outsiderkit import all_at_once, client, code_of, data_dir, outcome, real_host, shared_host
 from tests.hostkit import HostProcess, call_killed_at, start_host_process
 from tests.httpkit import FakeProvider, Reply
 
@@ -98,7 +98,8 @@ async def test_two_connections_pushing_reordering_and_taking_at_once_keep_the_qu
     non-promoted position values"; protocol/README queueTake hands out "the next entry". Two connections
     at once: twelve pushes admit exactly eight (the rest LIMIT_EXCEEDED); the same key pushed from both
     connections at once is one row; reorders racing each other leave the same eight entries on eight
-    distinct positions; two takes racing hand out the first two entries, each once."""
+    distinct positions; two takes racing (two connections of the client that attached) hand out the first
+    two entries, each once, and the other client, which never attached, takes nothing."""
     with trio.fail_after(60):
         async with client(shared, "q-one", kind="agent") as a, client(shared, "q-two", kind="agent") as b:
             sid = (await a.call("session.create", {}))["id"]
@@ -126,7 +127,11 @@ async def test_two_connections_pushing_reordering_and_taking_at_once_keep_the_qu
             assert [x["position"] for x in after] == sorted(x["position"] for x in after)
             ctl = {"sessionId": sid, "controllerId": "q-ctl"}
             await a.call("session.queueAttach", ctl)
-            takes = await all_at_once([(a, "session.queueTake", ctl), (b, "session.queueTake", ctl)])
+            # only the client that attached takes (§4.6b "held ... until a controller attaches"): b, which
+            # never attached, is refused; two connections of the attaching client race
+            assert await outcome(b, "session.queueTake", ctl) == "CONFLICT"
+            async with client(shared, "q-one", kind="agent") as a2:
+                takes = await all_at_once([(a, "session.queueTake", ctl), (a2, "session.queueTake", ctl)])
             handed = [t["entry"]["id"] for t in takes if isinstance(t, dict) and t.get("entry")]
             # a controller's next take consumes what it took before (protocol/README: "the controller moved
             # on"): two racing takes hand out the first two entries, each once

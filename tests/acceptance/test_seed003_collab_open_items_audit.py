@@ -147,3 +147,30 @@ async def test_a_callback_addressed_to_a_deleted_sender_goes_with_it_and_is_neve
                         did) == [(0,)]
             assert rows(data, "SELECT COUNT(*) FROM turn_queue WHERE session_id = ?", lead) == [(0,)]
 
+
+async def test_only_the_connection_that_attached_takes_from_the_queue(shared: HostProcess) -> None:
+    """§4.6b: the queue is held "until a controller attaches". A sidecar (clientId ``sc-1``) attaches as
+    ``agent-1``; another ``agent`` connection (``sc-2``) reads ``controllerId`` from ``queueList`` and asks
+    ``queueTake`` with it: CONFLICT, and the entry stays listed for the controller, which takes it. The same
+    sidecar on a second connection (same clientId) still takes: it is the one that attached."""
+    with trio.fail_after(60):
+        async with client(shared, client_id="sc-1", kind="agent") as one, \
+                client(shared, client_id="sc-2", kind="agent") as other, \
+                client(shared, client_id="sc-1", kind="agent") as one_again:
+            sid = await _session(one, "oi4", "ask")
+            for content in ("first", "second"):
+                await one.call("session.queuePush", {"sessionId": sid, "principal": "user", "content": content,
+                                                     "permissionMode": "ask"})
+            await one.call("session.queueAttach", {"sessionId": sid, "controllerId": "agent-1"})
+            listed = await other.call("session.queueList", {"sessionId": sid})
+            assert listed["controllerId"] == "agent-1"
+            code, info = await error_of(other, "session.queueTake", {"sessionId": sid, "controllerId": "agent-1"})
+            assert code == "CONFLICT" and info.get("controllerId") == "agent-1"
+            state = await one.call("session.queueList", {"sessionId": sid})
+            assert [e["content"] for e in state["entries"]] == ["first", "second"]
+            taken = await one.call("session.queueTake", {"sessionId": sid, "controllerId": "agent-1"})
+            assert taken["entry"]["content"] == "first"
+            await one.call("session.startTurn", {"sessionId": sid, "turnId": "oi4-t1"})
+            await one.call("session.endTurn", {"sessionId": sid, "turnId": "oi4-t1", "status": "completed"})
+            again = await one_again.call("session.queueTake", {"sessionId": sid, "controllerId": "agent-1"})
+            assert again["entry"]["content"] == "second"
