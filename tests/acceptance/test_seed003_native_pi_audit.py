@@ -497,3 +497,25 @@ async def test_a_keyed_fork_of_a_damaged_tree_killed_before_its_receipt_is_found
                 assert _as_shown(got) == _as_shown(await c.call("session.get", {"sessionId": sid, "full": True}))
             proc.kill9()
     assert tree(pi_root) == published
+
+
+async def test_a_native_session_is_neither_the_source_nor_the_target_of_a_delivery(tmp_path: Path) -> None:
+    """§12: "collaboration ... operations remain unsupported for native sessions". The sweep above covers the
+    methods naming a ``sessionId``; ``collab.deliver`` names its two ends ``sourceSessionId`` and
+    ``targetSessionId``: a native id in either is ``UNSUPPORTED_FOR_NATIVE_SESSION``, and no ledger row, queue
+    entry or row naming it is written."""
+    data = data_dir(tmp_path)
+    pi_root = make_root(tmp_path)
+    with trio.fail_after(90):
+        async with native_host(data, pi_root) as (proc, c):
+            native = (await native_ids(c))[0]
+            host = (await c.call("session.create", {"title": "Host side"}))["id"]
+            for src, dst in ((native, host), (host, native)):
+                code, info = await error_of(c, "collab.deliver", {
+                    "pluginId": "team", "sourceSessionId": src, "targetSessionId": dst, "kind": "task",
+                    "content": "review it", "idempotencyKey": f"k-{src == native}"})
+                assert code == "UNSUPPORTED_FOR_NATIVE_SESSION" and info.get("sessionId") == native, (src, code)
+            assert (await c.call("session.queueList", {"sessionId": host}))["entries"] == []
+            assert (await c.call("collab.list", {}))["deliveries"] == []
+            proc.kill9()
+    assert rows_naming_native(data) == {}

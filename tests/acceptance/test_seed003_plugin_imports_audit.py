@@ -333,3 +333,32 @@ async def test_a_plugins_trash_restore_or_purge_killed_midway_is_finished_by_its
             again = await alpha.call("plugins.importSession", KEY)
             assert (again["sessionId"], again["created"]) == (sid, False)
             assert len(origin_invariant(root)) == 1
+
+
+async def test_a_core_delete_cascades_the_origin_and_the_key_imports_anew(tmp_path: Path) -> None:
+    """§4.5: "Core session deletion cascades the sidecar". The UI deletes a plugin's imported session
+    (``session.delete``, not the plugin's trash): its origin row, rows and transcript go; the plugin lists
+    nothing; the same (pluginId, sourceId, externalId) imports again as a new session with one origin row and
+    no binding; across a restart that stays so."""
+    root = data_dir(tmp_path)
+    with trio.fail_after(120):
+        proc = start_host_process(root)
+        try:
+            async with client(proc, "alpha-rt", "plugin", "alpha") as alpha, client(proc, "ui-1") as ui:
+                sid = (await alpha.call("plugins.importSession", KEY))["sessionId"]
+                await ui.call("session.delete", {"sessionId": sid})
+                assert origin_invariant(root) == []
+                assert rows(root, "SELECT COUNT(*) FROM sessions") == [(0,)]
+                assert not (root / "sessions" / f"{sid}.jsonl").exists()
+                assert (await alpha.call("plugins.listSessions", {}))["sessions"] == []
+                again = await alpha.call("plugins.importSession", KEY)
+                assert again["created"] is True and again["messageCount"] == 2
+                assert origin_invariant(root) == [("alpha", "chatlog", "conv-81", again["sessionId"])]
+                assert binding(root, again["sessionId"]) == [(None, None, None)]
+            proc = restart(proc, root)
+            async with client(proc, "alpha-rt", "plugin", "alpha") as alpha:
+                assert origin_invariant(root) == [("alpha", "chatlog", "conv-81", again["sessionId"])]
+                assert [s["id"] for s in (await alpha.call("plugins.listSessions", {}))["sessions"]] == [
+                    again["sessionId"]]
+        finally:
+            proc.kill9()
