@@ -106,7 +106,10 @@ class CollabSettleParams(MutatingParams):
 class CollabSettleResult(Result):
     delivery: CollabDelivery
     callback: CollabDelivery | None = Field(
-        default=None, description="The completion queued for the source (at most one per delivery)."
+        default=None,
+        description="The completion made for the source (at most one per delivery): queued in its turn queue, or "
+        "failed (error QUEUE_FULL, or PERMISSION_DENIED when the source's mode now exceeds the delivery's ceiling) "
+        "and not queued.",
     )
 
 

@@ -628,7 +628,7 @@ export interface CollabSettleParams {
 
 export interface CollabSettleResult {
   delivery: CollabDelivery;
-  /** The completion queued for the source (at most one per delivery). */
+  /** The completion made for the source (at most one per delivery): queued in its turn queue, or failed (error QUEUE_FULL, or PERMISSION_DENIED when the source's mode now exceeds the delivery's ceiling) and not queued. */
   callback?: CollabDelivery | null;
 }
 
