@@ -18,6 +18,8 @@ checked against a real ``pi-host serve`` process.
   another's behalf: left without a writer.
 * §4.6b "holds each session's queue until a controller attaches": a second ``agent`` connection that never
   attached cannot take from a queue by quoting the attached controller's id (``queueList`` shows it).
+
+And one §4.6c sentence no other test held: "titles are display snapshots only".
 """
 
 from __future__ import annotations
@@ -174,3 +176,29 @@ async def test_only_the_connection_that_attached_takes_from_the_queue(shared: Ho
             await one.call("session.endTurn", {"sessionId": sid, "turnId": "oi4-t1", "status": "completed"})
             again = await one_again.call("session.queueTake", {"sessionId": sid, "controllerId": "agent-1"})
             assert again["entry"]["content"] == "second"
+
+
+async def test_titles_are_snapshots_taken_when_the_row_was_written(shared: HostProcess) -> None:
+    """§4.6c: "source_session_id and target_session_id are real durable Session IDs; titles are display
+    snapshots only". Both sessions are renamed after the delivery: the row keeps the ids and the titles it was
+    written with, and so does the input row's provenance; a completion written after the renames snapshots
+    the new titles."""
+    with trio.fail_after(60):
+        async with client(shared, kind="agent") as c:
+            lead, rev = await _session(c, "oi5 lead", "ask"), await _session(c, "oi5 rev", "ask")
+            d = (await c.call("collab.deliver", _deliver(lead, rev, "oi5")))["delivery"]
+            await c.call("session.startTurn", {"sessionId": rev, "turnId": "oi5-t"})
+            await c.call("collab.begin", {"sessionId": rev, "deliveryId": d["id"], "turnId": "oi5-t"})
+            await c.call("session.rename", {"sessionId": lead, "title": "oi5 lead renamed"})
+            await c.call("session.rename", {"sessionId": rev, "title": "oi5 rev renamed"})
+            got = await c.call("collab.get", {"deliveryId": d["id"]})
+            assert (got["source"], got["target"]) == (
+                {"sessionId": lead, "title": "oi5 lead", "available": True},
+                {"sessionId": rev, "title": "oi5 rev", "available": True})
+            row = (await c.call("session.get", {"sessionId": rev, "full": True}))["messages"][0]
+            assert (row["sessionMessage"]["sourceSessionId"], row["sessionMessage"]["sourceTitle"]) == (
+                lead, "oi5 lead")
+            done = await c.call("collab.settle", {"sessionId": rev, "deliveryId": d["id"], "turnId": "oi5-t",
+                                                  "status": "completed", "result": "ok"})
+            assert (done["callback"]["source"]["title"], done["callback"]["target"]["title"]) == (
+                "oi5 rev renamed", "oi5 lead renamed")
