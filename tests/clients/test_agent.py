@@ -408,3 +408,37 @@ async def test_two_live_sidecars_deliver_every_prompt_once(tmp_path: Path) -> No
                 nursery.cancel_scope.cancel()
     prompts = sorted(m["blocks"][0]["text"] for m in page["messages"] if m["role"] == "user")
     assert prompts == [f"p{i}" for i in range(5)]
+
+
+async def test_a_delivery_admitted_to_the_queue_runs_as_collaboration_input_not_as_a_typed_prompt(
+        tmp_path: Path) -> None:
+    """Seed 003 §4.6c: "Collaboration provenance is stored in the transcript line's meta as sessionMessage ...
+    Host validation prevents ... stripped ... collaboration input from becoming ordinary human input", and
+    "turn_id is assigned when the target actually begins the delivery". The sidecar took a delivery's
+    admission like any prompt and appended its content as a user message of its own: the row had no
+    provenance and the delivery stayed queued with no admission (interrupted at the next start). It begins
+    the delivery (``collab.begin``): the input row carries ``sessionMessage``, the delivery is bound to the
+    turn, and the turn's end settles it (the source's callback is queued)."""
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path / "data") as host, trio.open_nursery() as nursery:
+            async with connect(host.url, host.token, client_id="ctl", client_kind="agent") as agent, \
+                    connect(host.url, host.token, client_id="ui", client_kind="ui") as ui:
+                lead = (await ui.session.create(title="lead"))["id"]
+                rev = (await ui.session.create(title="rev"))["id"]
+                async with ui.subscribe(["turn.ended"], session_id=rev) as events:
+                    nursery.start_soon(Sidecar(agent, FakeModel(delay=0, words=2), "ctl").run)
+                    sent = await ui.collab.deliver(plugin_id="team", source_session_id=lead, target_session_id=rev,
+                                                   kind="task", content="review the parser",
+                                                   notify_on_completion=True, idempotency_key="k1")
+                    ended = await events.next()
+                    assert isinstance(ended, Event) and ended.data["turn"]["status"] == "completed"
+                    turn_id = ended.data["turn"]["id"]
+                page = await ui.session.get(session_id=rev, full=True)
+                first = page["messages"][0]
+                assert first["role"] == "user" and first["blocks"][0]["text"] == "review the parser"
+                assert first.get("sessionMessage", {}).get("deliveryId") == sent["delivery"]["id"]
+                assert [m["id"] for m in page["messages"] if m["role"] == "user"] == [first["id"]]
+                got = await ui.collab.get(delivery_id=sent["delivery"]["id"])
+                assert (got["status"], got.get("turnId")) == ("completed", turn_id)
+                assert got.get("callbackId") is not None
+                nursery.cancel_scope.cancel()

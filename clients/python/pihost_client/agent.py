@@ -6,7 +6,10 @@ sessions that get queued turns, and runs each turn the queue hands it:
 1. ``session.queueTake`` → ``session.startTurn`` (with a run environment
    snapshot: model, tool schemas; credential *references* only);
 2. the user's prompt is appended (message id derived from the queue entry,
-   so a retry never duplicates it);
+   so a retry never duplicates it); an entry that admits a collaboration
+   delivery (``sessionMessageId``) is begun instead (``collab.begin``: the
+   host writes its input row with its ``sessionMessage`` provenance and binds
+   the delivery to the turn, whose end settles it);
 3. the model's reply streams into ``session.saveInflightMessage`` checkpoints
    (every ``--checkpoint-every`` seconds; UIs see ``session.inflight``);
 4. tool calls (``read_file``, ``list_dir`` under the session's project root)
@@ -230,9 +233,13 @@ class Sidecar:
             await c.session.start_turn(session_id=sid, turn_id=turn_id, model_id=model.name,
                                        provider_id=resolved.provider_id,
                                        environment=cast(RunEnvironmentSnapshot, environment))
-            await c.session.append_message(session_id=sid, message={
-                "id": f"u_{entry['id']}", "role": "user", "turnId": turn_id, "createdAt": _utc(),
-                "blocks": [{"type": "text", "text": entry["content"]}]})
+            delivery = entry.get("sessionMessageId")
+            if delivery is not None:  # a collaboration delivery: the host writes its input row, with provenance
+                await c.collab.begin(session_id=sid, delivery_id=str(delivery), turn_id=turn_id)
+            else:
+                await c.session.append_message(session_id=sid, message={
+                    "id": f"u_{entry['id']}", "role": "user", "turnId": turn_id, "createdAt": _utc(),
+                    "blocks": [{"type": "text", "text": entry["content"]}]})
             if unavailable is not None:
                 raise unavailable
             history = await self._history(sid)
