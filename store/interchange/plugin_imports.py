@@ -19,7 +19,9 @@ A plugin hands the host a session it found elsewhere (``pluginId``,
   (:func:`answer_found`: ``created: true``, as without the crash);
 * **ownership-scoped reads and mutations**: :func:`require_owned` /
   :func:`list_plugin_sessions` give a plugin its own sessions only; a trashed
-  session is hidden from its reads until restored (:mod:`store.trash`).
+  session is hidden from its reads until restored (:mod:`store.trash`); an
+  import naming an attachment blob (``attachments/<sha256>``, which a plugin
+  cannot store, so another's) is ``PERMISSION_DENIED`` (:func:`check_request`).
 
 The write path is :mod:`store.interchange.import_write`'s (transcript first, one
 transaction, undo on failure); messages are normalized like
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from store import receipts
+from store.attachments import REF_PREFIX, blob_refs
 from store.errors import InvalidInput, NotFound, PermissionDenied, SessionNotFound, StoreError
 from store.ids import new_id
 from store.indexing import index
@@ -149,6 +152,13 @@ def check_request(req: PluginImport) -> tuple[str, str, str]:
         if isinstance(blocks, list) and len(blocks) > MAX_BLOCKS:
             raise InvalidInput(f"messages[{i}].blocks holds more than {MAX_BLOCKS} blocks",
                                data={"field": f"messages[{i}].blocks"})
+        shas = blob_refs(raw)
+        if shas:
+            # A plugin stores no attachment (attachments.* is not open to it), so a blob its import names is
+            # another's: its own session would refer to it, and an export of that session carry its bytes.
+            raise PermissionDenied(f"messages[{i}] refers to attachment {REF_PREFIX}{min(shas)}, which plugin "
+                                   f"{plugin} does not own (a plugin import carries no attachment blobs)",
+                                   data={"field": f"messages[{i}]", "pluginId": plugin})
     return plugin, source, external
 
 

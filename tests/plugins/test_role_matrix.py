@@ -1,0 +1,118 @@
+"""Who may call what (protocol/README.md §1 "Who may call what"), against a real ``pi-host serve`` process.
+
+ARCHITECTURE.md: "A plugin's reads and writes are scoped to what it owns (its `kv(plugin:<id>)`, its provider
+rows, its imported sessions); everything else is `PERMISSION_DENIED`"; seed 003 §11.20: plugin imports have
+"ownership-scoped reads/mutations". Every route not opened to plugins is refused to one (generated from the
+route table, with each method's README example params, so the refusal is the role's, not the params'); a
+plugin hears no event but its own namespace's; and a plugin import may not name an attachment blob, which it
+cannot store (``attachments.*`` is not open to it) and which is therefore another's: a JSONL or HTML export of
+the imported session would otherwise hand the plugin that blob's bytes."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.client import ClientEvent, HostClient, RpcError, open_client
+from runtime.routes import ROUTES, Via
+from tests.hostkit import HostProcess, msg, start_host_process
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "export_schema.py"
+
+
+def _examples() -> Mapping[str, tuple[dict[str, Any], dict[str, Any]]]:
+    spec = importlib.util.spec_from_file_location("export_schema_roles", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module: ModuleType = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    examples: Mapping[str, tuple[dict[str, Any], dict[str, Any]]] = module.EXAMPLES
+    return examples
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    proc = start_host_process(tmp_path_factory.mktemp("roles"))
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+
+
+async def _code(c: HostClient, method: str, params: dict[str, Any]) -> str | None:
+    try:
+        await c.call(method, params)
+    except RpcError as exc:
+        return exc.data_code
+    return None
+
+
+async def test_every_route_not_opened_to_plugins_is_permission_denied_to_one(host: HostProcess) -> None:
+    examples = _examples()
+    closed = sorted(name for name, route in ROUTES.items() if not route.plugins and route.via is not Via.CONNECTION)
+    assert len(closed) > 100 and not set(closed) - set(examples)
+    with trio.fail_after(60):
+        async with open_client(host.url, host.token, client_id="roles-p", client_kind="plugin",
+                               plugin_id="acme.roles") as p:
+            answers = {name: await _code(p, name, examples[name][0]) for name in closed}
+    assert {name: code for name, code in answers.items() if code != "PERMISSION_DENIED"} == {}
+
+
+async def test_a_plugin_hears_only_its_own_namespace(host: HostProcess) -> None:
+    """README §8.5: "`events.subscribe` to `settings.changed` only (it hears its own `plugin:<id>` namespace,
+    never another's: events are reads too)"."""
+    with trio.fail_after(30):
+        async with open_client(host.url, host.token, client_id="roles-ui", client_kind="ui") as ui, \
+                open_client(host.url, host.token, client_id="roles-a", client_kind="plugin",
+                            plugin_id="acme.alpha") as alpha, \
+                open_client(host.url, host.token, client_id="roles-b", client_kind="plugin",
+                            plugin_id="acme.beta") as beta:
+            for topics in (["session.created"], ["session.message"], ["approval.requested"],
+                           ["providers.changed"], ["settings.changed", "session.updated"]):
+                assert await _code(alpha, "events.subscribe", {"topics": topics}) == "PERMISSION_DENIED", topics
+            await alpha.subscribe(["settings.changed"])
+            await beta.call("settings.set", {"ns": "plugin:acme.beta", "key": "k", "value": 1})
+            await ui.call("settings.set", {"ns": "ui", "key": "roles", "value": 1})
+            await ui.call("session.create", {"title": "the user's"})
+            await alpha.call("settings.set", {"ns": "plugin:acme.alpha", "key": "k", "value": 2})
+            first: ClientEvent = await alpha.next_event()  # the others' changes came first: none reached it
+            assert (first.topic, first.data["ns"]) == ("settings.changed", "plugin:acme.alpha"), first
+
+
+async def test_a_plugin_import_may_not_name_an_attachment_blob(host: HostProcess) -> None:
+    """Seed 003 §11.20 "ownership-scoped reads": a blob a UI stored is not the plugin's. Without the refusal,
+    an import naming its ``attachments/<sha256>`` made the plugin's own session refer to it, and
+    ``session.export`` (JSONL carries the bytes, HTML inlines them) read them back to the plugin."""
+    data = b"\x89PNG\r\n\x1a\n the user's screenshot, not the plugin's"
+    with trio.fail_after(30):
+        async with open_client(host.url, host.token, client_id="roles-ui2", client_kind="ui") as ui, \
+                open_client(host.url, host.token, client_id="roles-c", client_kind="plugin",
+                            plugin_id="acme.gamma") as gamma:
+            put = await ui.call("attachments.put", {"name": "shot.png", "mimeType": "image/png",
+                                                    "dataBase64": base64.b64encode(data).decode()})
+            block = {"type": "attachment", "kind": "image", "name": "shot.png", "ref": put["ref"],
+                     "mimeType": "image/png", "size": len(data)}
+            nested = {"type": "toolResult", "toolCallId": "call_1", "content": [block]}
+            for i, blocks in enumerate(([{"type": "text", "text": "look"}, block], [nested])):
+                message = {**msg("u1", "x"), "blocks": blocks}
+                params = {"sourceId": "chatlog", "externalId": f"with-blob-{i}", "messages": [message]}
+                with pytest.raises(RpcError) as err:
+                    await gamma.call("plugins.importSession", params)
+                assert err.value.data_code == "PERMISSION_DENIED", err.value
+                assert err.value.data is not None and err.value.data.get("field") == "messages[0]", err.value
+            assert (await gamma.call("plugins.listSessions", {}))["sessions"] == []  # nothing imported
+            # an import without one goes on as before; a path reference is only text to the host
+            path_block = {**block, "ref": "/home/ada/shot.png"}
+            made = await gamma.call("plugins.importSession", {
+                "sourceId": "chatlog", "externalId": "plain",
+                "messages": [{**msg("u1", "x"), "blocks": [{"type": "text", "text": "hi"}, path_block]}]})
+            assert made["created"] is True
+            for fmt in ("jsonl", "html"):
+                out = (await gamma.call("session.export", {"sessionId": made["sessionId"], "format": fmt}))
+                assert base64.b64encode(data).decode()[:24] not in out["content"], fmt
