@@ -469,6 +469,12 @@ class Pipeline:
         if bound is None or bound.route.via is Via.CONNECTION:
             reply(outcome.Error(MethodNotFound(method)))
             return None
+        if caller.plugin_id is not None and not bound.route.plugins:
+            # A plugin reaches only the routes opened to it (whatever the params: it is refused the method, not
+            # told what is wrong with params it may never send); their handlers scope what it owns.
+            reply(outcome.Error(PermissionDenied(f"a plugin connection may not call {method}",
+                                                 data={"method": method, "pluginId": caller.plugin_id})))
+            return None
         native = _native_session_param(raw, allowed=bound.route.native is not None)
         if native is not None:
             reply(outcome.Error(unsupported_for_native(method, native)))
@@ -478,11 +484,6 @@ class Pipeline:
                       else checked.unwrap())
         except ValidationError as exc:
             reply(outcome.Error(exc))
-            return None
-        if caller.plugin_id is not None and not bound.route.plugins:
-            # A plugin reaches only the routes opened to it; their handlers scope what it owns.
-            reply(outcome.Error(PermissionDenied(f"a plugin connection may not call {method}",
-                                                 data={"method": method, "pluginId": caller.plugin_id})))
             return None
         self._in_flight += 1
         return bound, params, _Answer(self, bound, reply)

@@ -64,6 +64,20 @@ async def test_every_route_not_opened_to_plugins_is_permission_denied_to_one(hos
     assert {name: code for name, code in answers.items() if code != "PERMISSION_DENIED"} == {}
 
 
+async def test_a_method_closed_to_plugins_is_refused_whatever_its_params(host: HostProcess) -> None:
+    """README §8.5: "anything else ... is `PERMISSION_DENIED`": the method is refused before its params are
+    looked at, so a plugin is never told INVALID_PARAMS or UNSUPPORTED_FOR_NATIVE_SESSION for a method it may
+    not call at all (it was, the params checked first)."""
+    closed = sorted(name for name, route in ROUTES.items() if not route.plugins and route.via is not Via.CONNECTION)
+    with trio.fail_after(60):
+        async with open_client(host.url, host.token, client_id="roles-p2", client_kind="plugin",
+                               plugin_id="acme.roles") as p:
+            answers = {name: await _code(p, name, {}) for name in closed}
+            answers["session.delete native"] = await _code(p, "session.delete", {"sessionId": "native-pi:abc"})
+            answers["search.query junk"] = await _code(p, "search.query", {"query": 7, "bogus": True})
+    assert {name: code for name, code in answers.items() if code != "PERMISSION_DENIED"} == {}
+
+
 async def test_a_plugin_hears_only_its_own_namespace(host: HostProcess) -> None:
     """README §8.5: "`events.subscribe` to `settings.changed` only (it hears its own `plugin:<id>` namespace,
     never another's: events are reads too)"."""
