@@ -10,7 +10,8 @@ own bearer token (by its exact value, read from ``host.token``), credential
 references and secret-named values are redacted; ``includeSecrets`` turns that
 off (refused to plugins). The export is answered inline up to
 ``MAX_EXPORT_INLINE_BYTES``, or written to a new file ``outPath`` (temp file in
-its directory, fsync, hard link: never over an existing file).
+its directory, fsync, hard link: never over an existing file; refused to plugins,
+whose writes stay within what they own).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def _options(p: m.SessionExportParams, caller_plugin: str | None, secrets: tuple
              now_ms: int) -> ExportOptions:
     if p.include_secrets and caller_plugin is not None:
         raise PermissionDenied("includeSecrets is not available to plugins", data={"field": "includeSecrets"})
+    if p.out_path is not None and caller_plugin is not None:
+        # a file where the user may write is not the plugin's: it gets the export inline
+        raise PermissionDenied("outPath is not available to plugins (the export is answered inline)",
+                               data={"field": "outPath"})
     return ExportOptions(format=p.format, include_thinking=p.include_thinking, include_secrets=p.include_secrets,
                          secret_values=() if p.include_secrets else secrets,
                          attachments=blobs.files if blobs is not None else None, exported_at_ms=now_ms)

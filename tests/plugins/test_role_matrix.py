@@ -130,3 +130,27 @@ async def test_a_plugin_import_may_not_name_an_attachment_blob(host: HostProcess
             for fmt in ("jsonl", "html"):
                 out = (await gamma.call("session.export", {"sessionId": made["sessionId"], "format": fmt}))
                 assert base64.b64encode(data).decode()[:24] not in out["content"], fmt
+
+
+async def test_a_plugin_export_is_answered_inline_never_written_to_a_path(host: HostProcess,
+                                                                           tmp_path: Path) -> None:
+    """A plugin's writes are scoped to what it owns (ARCHITECTURE.md "Gateway and protocol"); a file anywhere
+    the user may write is not, and the export's content is the plugin's own words: ``outPath`` made the host
+    create a new file of the plugin's choosing (``~/.ssh/authorized_keys`` when absent, an autostart entry).
+    It is ``PERMISSION_DENIED`` (field ``outPath``), as ``includeSecrets`` is; inline answers stay."""
+    target = tmp_path / "plugin-chose-this.md"
+    with trio.fail_after(30):
+        async with open_client(host.url, host.token, client_id="roles-d", client_kind="plugin",
+                               plugin_id="acme.delta") as delta:
+            made = await delta.call("plugins.importSession", {
+                "sourceId": "chatlog", "externalId": "to-file", "messages": [msg("u1", "ssh-ed25519 AAAA planted")]})
+            sid = made["sessionId"]
+            with pytest.raises(RpcError) as err:
+                await delta.call("session.export", {"sessionId": sid, "format": "md", "outPath": str(target)})
+            assert err.value.data_code == "PERMISSION_DENIED" and err.value.data.get("field") == "outPath", err.value
+            assert not target.exists()
+            inline = await delta.call("session.export", {"sessionId": sid, "format": "md"})
+            assert "ssh-ed25519 AAAA planted" in inline["content"]
+        async with open_client(host.url, host.token, client_id="roles-ui3", client_kind="ui") as ui:
+            written = await ui.call("session.export", {"sessionId": sid, "format": "md", "outPath": str(target)})
+            assert written["path"] == str(target) and "planted" in target.read_text()  # the user chooses paths
