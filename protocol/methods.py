@@ -599,8 +599,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         "plans.respond",
         m.PlansRespondParams,
         m.PlansRespondResult,
-        "Approve (session → agent, execution queued) or reject; stale responses are CONFLICT; only a person "
-        "answers (the agent sidecar gets PERMISSION_DENIED).",
+        "Approve (session → agent, execution queued) or reject; stale responses are CONFLICT; only a UI "
+        "answers (clientKind agent or cli gets PERMISSION_DENIED).",
         _codes(_SESSION_WRITE, ("NOT_FOUND", "CONFLICT", "PERMISSION_DENIED")),
     ),
     # -- pending user requests (seed 000 §2) ---------------------------------

@@ -57,6 +57,7 @@ from store.transcripts.transcript import lines_naming
 __all__ = [
     "DECISION_LINE",
     "DENY",
+    "RESPONDER_KINDS",
     "Kind",
     "apply_decision_lines",
     "apply_recorded_decisions",
@@ -763,10 +764,17 @@ def _apply_decisions(conn: sqlite3.Connection, sid: str, lines: Mapping[str, Map
     return applied
 
 
+RESPONDER_KINDS = frozenset({"ui", "test"})
+"""Who answers a user request (seed 000 §2 "user RPC state", pushed to UI clients; §11.19 "no background path
+auto-approves"): a person at a UI, or a test standing in for one. Never the agent sidecar that asked, nor the
+command line (the host's own tools and scripts: unattended)."""
+
+
 def check_responder(client_kind: str) -> None:
-    """A sidecar never answers its own prompts: only people (UI, CLI, tests standing in) do."""
-    if client_kind == "agent":
-        raise PermissionDenied("the agent sidecar cannot answer a user request; a UI must",
+    """Only a UI (or a test standing in for one) answers an approval, a question or a plan/goal."""
+    if client_kind not in RESPONDER_KINDS:
+        who = "the agent sidecar" if client_kind == "agent" else f"a {client_kind} connection"
+        raise PermissionDenied(f"{who} cannot answer a user request; a UI must",
                                data={"clientKind": client_kind})
 
 

@@ -154,3 +154,46 @@ async def test_a_plugin_export_is_answered_inline_never_written_to_a_path(host: 
         async with open_client(host.url, host.token, client_id="roles-ui3", client_kind="ui") as ui:
             written = await ui.call("session.export", {"sessionId": sid, "format": "md", "outPath": str(target)})
             assert written["path"] == str(target) and "planted" in target.read_text()  # the user chooses paths
+
+
+async def test_only_a_ui_answers_a_user_request(host: HostProcess, tmp_path: Path) -> None:
+    """Approvals and interactions are "pending and resolved user RPC state" (seed 000 §2), "pushed to UI
+    clients" (ARCHITECTURE.md "From seed 000"); README §10 "A running turn's sidecar asks; a UI answers", and
+    seed 003 §11.19: "no background path auto-approves" a plan or goal. The command line (``clientKind: cli``:
+    the host's own tools, scripts) is no UI: it answered all three. Now ``PERMISSION_DENIED`` for ``cli`` as
+    for ``agent``, the request still pending; a UI (or ``test``, standing in for one) answers."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with trio.fail_after(60):
+        async with open_client(host.url, host.token, client_id="roles-agent", client_kind="agent") as agent, \
+                open_client(host.url, host.token, client_id="roles-cli", client_kind="cli") as cli, \
+                open_client(host.url, host.token, client_id="roles-ui4", client_kind="ui") as ui:
+            sid = (await agent.call("session.create", {"title": "asks"}))["id"]
+            await agent.call("session.startTurn", {"sessionId": sid, "turnId": "t1"})
+            asked = (await agent.call("approvals.request", {"sessionId": sid, "turnId": "t1", "tool": "Bash",
+                                                            "argsSummary": "run it", "risk": "medium"}))["request"]
+            question = (await agent.call("interactions.request", {"sessionId": sid, "turnId": "t1",
+                                                                  "question": "which?", "allowFreeText": True}))
+            plan_sid = (await agent.call("session.create", {"title": "plan", "projectPath": str(ws),
+                                                            "mode": "plan"}))["id"]
+            plan = await agent.call("plans.submit", {"sessionId": plan_sid, "turnId": "t0", "toolCallId": "c1",
+                                                     "kind": "plan", "markdown": "# Plan\n\n1. do it\n",
+                                                     "workspaceRoot": str(ws)})
+            answers = (
+                ("approvals.respond", {"sessionId": sid, "requestId": asked["requestId"], "optionId": "allow_once"}),
+                ("interactions.respond", {"sessionId": sid, "requestId": question["request"]["requestId"],
+                                          "answer": {"text": "this one"}}),
+                ("plans.respond", {"requestId": plan["requestId"], "action": "approve"}),
+            )
+            for kind, who in (("agent", agent), ("cli", cli)):
+                for method, params in answers:
+                    with pytest.raises(RpcError) as err:
+                        await who.call(method, params)
+                    assert err.value.data_code == "PERMISSION_DENIED", (kind, method, err.value)
+            assert [r["requestId"] for r in (await ui.call("approvals.pending", {"sessionId": sid}))["pending"]] \
+                == [asked["requestId"]]
+            assert len((await ui.call("interactions.pending", {"sessionId": sid}))["pending"]) == 1
+            assert [r["requestId"] for r in (await ui.call("plans.pending", {}))["pending"]] == [plan["requestId"]]
+            for method, params in answers:
+                await ui.call(method, params)
+            assert (await ui.call("approvals.pending", {"sessionId": sid}))["pending"] == []

@@ -3839,7 +3839,7 @@ class PlansMethods:
         return cast(PlansPendingResult, await self._call("plans.pending", params, False, timeout))
 
     async def respond(self, *, request_id: str, action: Literal["approve", "reject"], submission_id: str | None = None, target_permission_mode: Literal["ask", "accept-edits", "auto"] | None = None, timeout: float | None = None) -> PlansRespondResult:
-        """``plans.respond``: Approve (session → agent, execution queued) or reject; stale responses are CONFLICT; only a person answers (the agent sidecar gets PERMISSION_DENIED). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``plans.respond``: Approve (session → agent, execution queued) or reject; stale responses are CONFLICT; only a UI answers (clientKind agent or cli gets PERMISSION_DENIED). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["requestId"] = request_id
         params["action"] = action

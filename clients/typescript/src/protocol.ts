@@ -3771,7 +3771,7 @@ export interface Methods {
   "plans.submit": { params: PlansSubmitParams; result: PlanApproval };
   /** Pending, unexpired plan/goal approvals only, with their original expiresAt. */
   "plans.pending": { params: PlansPendingParams; result: PlansPendingResult };
-  /** Approve (session → agent, execution queued) or reject; stale responses are CONFLICT; only a person answers (the agent sidecar gets PERMISSION_DENIED). (mutating: accepts submissionId) */
+  /** Approve (session → agent, execution queued) or reject; stale responses are CONFLICT; only a UI answers (clientKind agent or cli gets PERMISSION_DENIED). (mutating: accepts submissionId) */
   "plans.respond": { params: PlansRespondParams; result: PlansRespondResult };
   /** An approved plan/goal's execution starts in a running turn (queued → running). (mutating: accepts submissionId) */
   "plans.startExecution": { params: PlansStartExecutionParams; result: PlanExecutionResult };
