@@ -197,3 +197,38 @@ async def test_only_a_ui_answers_a_user_request(host: HostProcess, tmp_path: Pat
             for method, params in answers:
                 await ui.call(method, params)
             assert (await ui.call("approvals.pending", {"sessionId": sid}))["pending"] == []
+
+
+async def test_the_kind_gated_rows_of_the_matrix(host: HostProcess) -> None:
+    """README §1 "Who may call what": the rows that differ between ``ui``, ``agent``, ``cli`` and ``test`` (the
+    sidecar reads a provider key and a UI the config-sync vault key, the command line and tests no secret;
+    only the sidecar controls a queue; each of app and sidecar writes its own logs; the sidecar reads whole
+    transcripts by default, everyone else the newest 100 messages)."""
+    kinds = ("ui", "agent", "cli", "test")
+    with trio.fail_after(60):
+        async with open_client(host.url, host.token, client_id="roles-setup", client_kind="ui") as setup:
+            await setup.call("secrets.set", {"ref": "provider/roles", "value": "sk-roles-0001"})
+            sid = (await setup.call("session.create", {"title": "long"}))["id"]
+            for i in range(101):
+                await setup.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"line {i}")})
+        got: dict[str, dict[str, Any]] = {}
+        for kind in kinds:
+            async with open_client(host.url, host.token, client_id=f"roles-k-{kind}", client_kind=kind) as c:
+                row: dict[str, Any] = {"secrets.get": await _code(c, "secrets.get", {"ref": "provider/roles"})}
+                for source in ("app", "agent"):
+                    row[f"logs.{source}"] = await _code(c, "logs.append", {
+                        "source": source, "category": "roles", "records": [{"level": "info", "msg": kind}]})
+                row["queueAttach"] = await _code(c, "session.queueAttach", {"sessionId": sid,
+                                                                            "controllerId": f"ctl-{kind}"})
+                row["window"] = len((await c.call("session.get", {"sessionId": sid}))["messages"])
+                got[kind] = row
+    assert got == {
+        "ui": {"secrets.get": None, "logs.app": None, "logs.agent": "PERMISSION_DENIED", "queueAttach": "CONFLICT",
+               "window": 100},
+        "agent": {"secrets.get": None, "logs.app": "PERMISSION_DENIED", "logs.agent": None, "queueAttach": None,
+                  "window": 101},
+        "cli": {"secrets.get": "PERMISSION_DENIED", "logs.app": None, "logs.agent": None,
+                "queueAttach": "CONFLICT", "window": 100},
+        "test": {"secrets.get": "PERMISSION_DENIED", "logs.app": None, "logs.agent": None,
+                 "queueAttach": "CONFLICT", "window": 100},
+    }
