@@ -212,8 +212,9 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.RecoverInflightParams,
         m.RecoverInflightResult,
         "The sidecar is gone: settle the leftover checkpoint (with none, the turn's streaming reservation) "
-        "as the boot sweep would; a running turn ends aborted.",
-        _codes(_SESSION_WRITE, ("CONFLICT",)),
+        "as the boot sweep would; a running turn ends aborted. A turnId of another session, or one this "
+        "session has no trace of, is NOT_FOUND (as session.endTurn).",
+        _codes(_SESSION_WRITE, ("CONFLICT", "NOT_FOUND")),
     ),
     # -- notifications ------------------------------------------------------
     _spec(

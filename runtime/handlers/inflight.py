@@ -280,8 +280,14 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
     was running end (``cancelled`` / ``failed``). Idempotent by construction:
     a retry finds no checkpoint (or its id settled) and changes nothing more;
     the receipt row rides in that transaction.
+
+    A ``turnId`` of another session's turn, or one nothing here knows (no row, no checkpoint, no
+    reservation), is ``NOT_FOUND``, as ``session.endTurn`` answers it, and changes nothing.
     """
     paths, sid, now = ctx.paths, ctx.sid, ctx.now()
+    owner = await ctx.read(turns.turn_status, p.turn_id) if p.turn_id is not None else None
+    if owner is not None and owner[2] != sid:  # another session's turn: as session.endTurn answers it
+        raise _turn_not_found(sid, p.turn_id)
     settlement = await ctx.io_with_reader(inflight.plan_settlement, sid, paths.inflight, paths.transcript)
     cp = settlement.checkpoint
     if p.turn_id is not None and cp is not None and cp.turn_id != p.turn_id:
@@ -293,6 +299,9 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
         # no checkpoint: a streaming reservation of the turn is settled from its own row, as boot would
         settlement = await ctx.io_with_reader(inflight.plan_reservation, sid, paths.transcript, p.turn_id)
         source = "reservation"
+        if settlement.action == "none" and owner is None:
+            # a turn no row and no line of this session knows: nothing to recover, as endTurn says
+            raise _turn_not_found(sid, p.turn_id)
     ended: list[dict[str, Any]] = []
     aftermath: list[turn_aftermath.Aftermath] = []
 
@@ -374,6 +383,11 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             turn_aftermath.publish(ctx, aftermath[-1])
         await queue.after_turn_end(ctx)
     return result
+
+
+def _turn_not_found(sid: str, turn_id: str | None) -> NotFound:
+    """What ``session.endTurn`` answers for a turn id this session does not have (``store.turns.require_turn``)."""
+    return NotFound(f"turn {turn_id} not found in session {sid}", data={"sessionId": sid, "turnId": turn_id})
 
 
 async def recover_replayed(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptKey | None) -> None:

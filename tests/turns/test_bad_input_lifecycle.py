@@ -10,8 +10,8 @@ from typing import Any
 import trio
 
 from runtime.client import HostClient
-from tests.hostkit import client_for, inprocess_host
-from tests.turns.turnkit import new_session, rpc_error
+from tests.hostkit import client_for, inprocess_host, msg
+from tests.turns.turnkit import assistant, new_session, rpc_error, start
 
 
 def _push(sid: str, content: str, **extra: Any) -> dict[str, Any]:
@@ -38,3 +38,30 @@ async def test_an_empty_queue_push_without_attachments_is_refused(tmp_path: Path
             assert only_file["entry"]["content"] == ""
             await c.call("session.queuePush", _push(sid, "next"))
             assert [e["content"] for e in await _entries(c, sid)] == ["", "next"]
+
+
+async def test_recover_inflight_naming_another_sessions_turn_is_not_found(tmp_path: Path) -> None:
+    """``session.recoverInflight`` with the turnId of another session's turn answered ``action: "none"``, as if
+    there were nothing to recover; ``session.endTurn`` of that turn is NOT_FOUND. Now the same NOT_FOUND,
+    and the other session's running turn and checkpoint are untouched."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            a, b = await new_session(c, "a"), await new_session(c, "b")
+            await start(c, a, "ta")
+            await c.call("session.appendMessage", {"sessionId": a, "turnId": "ta", "message": msg("u1", "q")})
+            await c.call("session.saveInflightMessage", {"sessionId": a, "turnId": "ta",
+                                                         "message": assistant("a1", "partial", turnId="ta")})
+            ended = await rpc_error(c.call("session.endTurn", {"sessionId": b, "turnId": "ta",
+                                                               "status": "completed"}))
+            assert ended.data_code == "NOT_FOUND"
+            err = await rpc_error(c.call("session.recoverInflight", {"sessionId": b, "turnId": "ta"}))
+            assert err.data_code == ended.data_code
+            turns = (await c.call("session.listTurns", {"sessionId": a}))["turns"]
+            assert [(t["id"], t["status"]) for t in turns] == [("ta", "running")]
+            got = await c.call("session.get", {"sessionId": a})
+            assert [m["id"] for m in got["messages"]] == ["u1"] and got["inflight"]["message"]["id"] == "a1"
+            unknown = await rpc_error(c.call("session.recoverInflight", {"sessionId": b, "turnId": "nope"}))
+            assert unknown.data_code == "NOT_FOUND"
+            # the session's own turn is recovered as before
+            out = await c.call("session.recoverInflight", {"sessionId": a, "turnId": "ta"})
+            assert out["action"] == "promoted" and out["turn"]["status"] == "aborted"

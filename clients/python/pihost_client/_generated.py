@@ -3151,7 +3151,7 @@ class SessionMethods:
         return cast(SaveInflightResult, await self._call("session.saveInflightMessage", params, True, timeout))
 
     async def recover_inflight(self, *, session_id: str, submission_id: str | None = None, turn_id: str | None = None, timeout: float | None = None) -> RecoverInflightResult:
-        """``session.recoverInflight``: The sidecar is gone: settle the leftover checkpoint (with none, the turn's streaming reservation) as the boot sweep would; a running turn ends aborted. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.recoverInflight``: The sidecar is gone: settle the leftover checkpoint (with none, the turn's streaming reservation) as the boot sweep would; a running turn ends aborted. A turnId of another session, or one this session has no trace of, is NOT_FOUND (as session.endTurn). Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         if submission_id is not None:

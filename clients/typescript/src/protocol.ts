@@ -3668,7 +3668,7 @@ export interface Methods {
   "session.verifyEnvironment": { params: VerifyEnvironmentParams; result: VerifyEnvironmentResult };
   /** Checkpoint the streaming assistant reply (atomic replace). (mutating: accepts submissionId) */
   "session.saveInflightMessage": { params: SaveInflightParams; result: SaveInflightResult };
-  /** The sidecar is gone: settle the leftover checkpoint (with none, the turn's streaming reservation) as the boot sweep would; a running turn ends aborted. (mutating: accepts submissionId) */
+  /** The sidecar is gone: settle the leftover checkpoint (with none, the turn's streaming reservation) as the boot sweep would; a running turn ends aborted. A turnId of another session, or one this session has no trace of, is NOT_FOUND (as session.endTurn). (mutating: accepts submissionId) */
   "session.recoverInflight": { params: RecoverInflightParams; result: RecoverInflightResult };
   /** The notification inbox, newest first, with the unread count (a trashed session's are left out). */
   "notifications.list": { params: NotificationsListParams; result: NotificationsListResult };
