@@ -354,7 +354,10 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session.appendCompaction",
         m.AppendCompactionParams,
         m.AppendCompactionResult,
-        "Append a model-context checkpoint line.",
+        "Append a model-context checkpoint line. Its throughMessageId and firstKeptMessageId must be messages "
+        "of the session (MESSAGE_NOT_FOUND); a firstKeptMessageId further than one message past throughMessageId "
+        "(messages between neither summarized nor kept) is INVALID_PARAMS (field compaction.firstKeptMessageId), "
+        "nothing written.",
         _codes(_SESSION_WRITE, ("MESSAGE_NOT_FOUND", "CONFLICT")),
     ),
     _spec(

@@ -164,7 +164,9 @@ class Compaction(Record):
 
     id: WireId
     summary: str
-    first_kept_message_id: WireId | None = None
+    first_kept_message_id: WireId | None = Field(
+        default=None, description="First message the summary keeps: at or before throughMessageId in the "
+        "transcript, or the one right after it; one further on is INVALID_PARAMS.")
     through_message_id: WireId = Field(description="Durable transcript boundary.")
     tokens_before: Count
     retained_tail: list[JsonObject] = Field(

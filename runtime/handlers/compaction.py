@@ -11,7 +11,7 @@ from typing import Any
 from actors.session_context import Lines, SessionContext
 from protocol import models as m
 from store.compaction import normalize_compaction, normalize_on_read
-from store.errors import Conflict, MessageNotFound
+from store.errors import Conflict, InvalidInput, MessageNotFound
 from store.indexing import index
 from store.jsonio import dumps_line, loads_line
 from store.receipts import ReceiptKey
@@ -33,6 +33,18 @@ async def append_compaction(ctx: SessionContext, p: m.AppendCompactionParams, ke
             raise MessageNotFound(f"compaction {name} {anchor} is not in session {sid}",
                                   data={"sessionId": sid, "messageId": anchor})
         rec[name] = stored
+    first_kept = rec.get("firstKeptMessageId")
+    if first_kept is not None and first_kept != rec["throughMessageId"]:
+        through_at = await ctx.read(index.position_of, sid, rec["throughMessageId"])
+        first_at = await ctx.read(index.position_of, sid, first_kept)
+        if through_at is not None and first_at is not None and first_at > through_at + 1:
+            # seed 003 §2.1: the summary covers what comes before the first kept message and throughMessageId
+            # is the durable boundary; keeping from further past it would leave the messages between neither
+            # summarized nor kept (the message right after the boundary keeps from there: nothing lost)
+            raise InvalidInput(
+                f"compaction firstKeptMessageId {first_kept} comes after the message following its "
+                f"throughMessageId {rec['throughMessageId']} in session {sid}: the messages between would be "
+                "neither summarized nor kept", data={"sessionId": sid, "field": "compaction.firstKeptMessageId"})
     if await ctx.read(index.resolve_id, sid, rec["id"]) is not None:
         # one id, two things: session.context would list it twice, and a delete of the message would
         # silently end the checkpoint

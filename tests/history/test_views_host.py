@@ -8,6 +8,7 @@ import pytest
 import trio
 
 from runtime.client import RpcError
+from store.context import build_session_context
 from tests.hostkit import client_for, inprocess_host, msg
 from tests.revisions.helpers import turn
 
@@ -199,19 +200,27 @@ async def test_a_checkpoint_that_would_break_the_context_is_refused(tmp_path):
 async def test_a_first_kept_message_after_the_boundary_drops_nothing_from_the_context(tmp_path):
     """Seed 003 §2.1: "throughMessageId is the durable transcript boundary; firstKeptMessageId and
     retainedTail reproduce the summary + applicable context". A firstKept after the boundary (a2 with
-    through a1) made the context skip u2, neither summarized nor kept: it starts at the boundary."""
+    through a1) made the context skip u2, neither summarized nor kept. Such a checkpoint is now refused
+    (INVALID_PARAMS, nothing written); one an older host stored reads from the boundary, dropping nothing."""
     with trio.fail_after(30):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             sid = (await c.call("session.create", {}))["id"]
             await turn(c, sid, "u1", "a1")
             await turn(c, sid, "u2", "a2")
-            await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
-                "id": "c1", "summary": "S", "throughMessageId": "a1", "firstKeptMessageId": "a2",
-                "tokensBefore": 1}})
+            with pytest.raises(RpcError) as info:
+                await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {
+                    "id": "c1", "summary": "S", "throughMessageId": "a1", "firstKeptMessageId": "a2",
+                    "tokensBefore": 1}})
+            assert info.value.data_code == "INVALID_PARAMS"
             ctx = await c.call("session.context", {"sessionId": sid})
-            assert [m["id"] for m in ctx["messages"]] == ["c1", "u2", "a2"]
+            assert [m["id"] for m in ctx["messages"]] == ["u1", "a1", "u2", "a2"]
             await c.call("session.appendCompaction", {"sessionId": sid, "compaction": {  # the usual order
                 "id": "c2", "summary": "S2", "throughMessageId": "a2", "firstKeptMessageId": "u2",
                 "tokensBefore": 1}})
             ctx = await c.call("session.context", {"sessionId": sid})
             assert [m["id"] for m in ctx["messages"]] == ["c2", "u2", "a2"]
+    records = [msg(mid, mid, role=role) for mid, role in (("u1", "user"), ("a1", "assistant"),
+                                                          ("u2", "user"), ("a2", "assistant"))]
+    stored = {"type": "compaction", "id": "c1", "summary": "S", "throughMessageId": "a1",
+              "firstKeptMessageId": "a2", "tokensBefore": 1}
+    assert [m["id"] for m in build_session_context(records, [stored], ())["messages"]] == ["c1", "u2", "a2"]

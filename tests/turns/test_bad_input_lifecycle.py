@@ -65,3 +65,26 @@ async def test_recover_inflight_naming_another_sessions_turn_is_not_found(tmp_pa
             # the session's own turn is recovered as before
             out = await c.call("session.recoverInflight", {"sessionId": a, "turnId": "ta"})
             assert out["action"] == "promoted" and out["turn"]["status"] == "aborted"
+
+
+async def test_a_checkpoint_keeping_from_after_its_boundary_is_refused(tmp_path: Path) -> None:
+    """Seed 003 §2.1: ``throughMessageId`` is the durable transcript boundary and ``firstKeptMessageId`` the
+    first message the summary keeps (``m2`` through ``m3`` in the seed's line): a first kept message further
+    than one past the boundary (m3 with m1: m2 neither summarized nor kept) describes no context.
+    INVALID_PARAMS naming the field, no line written; up to the message right after the boundary is kept."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = await new_session(c)
+            for i in (1, 2, 3):
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"m{i}", f"text {i}")})
+            bad = {"id": "cp1", "summary": "s", "tokensBefore": 10, "firstKeptMessageId": "m3",
+                   "throughMessageId": "m1"}
+            err = await rpc_error(c.call("session.appendCompaction", {"sessionId": sid, "compaction": bad}))
+            assert err.data_code == "INVALID_PARAMS" and err.data.get("field") == "compaction.firstKeptMessageId"
+            assert (await c.call("session.get", {"sessionId": sid})).get("compactions", []) == []
+            for first, through in (("m2", "m3"), ("m3", "m3"), ("m2", "m1")):
+                good = {"id": f"cp-{first}" + ("-m1" if through == "m1" else ""), "summary": "s", "tokensBefore": 10,
+                        "firstKeptMessageId": first, "throughMessageId": through}
+                await c.call("session.appendCompaction", {"sessionId": sid, "compaction": good})
+            got = await c.call("session.get", {"sessionId": sid})
+            assert [cp["id"] for cp in got["compactions"]] == ["cp-m2", "cp-m3", "cp-m2-m1"]

@@ -3277,7 +3277,7 @@ class SessionMethods:
         return cast(SessionResult, await self._call("session.replaceMessages", params, True, timeout))
 
     async def append_compaction(self, *, session_id: str, compaction: Compaction, submission_id: str | None = None, timeout: float | None = None) -> AppendCompactionResult:
-        """``session.appendCompaction``: Append a model-context checkpoint line. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
+        """``session.appendCompaction``: Append a model-context checkpoint line. Its throughMessageId and firstKeptMessageId must be messages of the session (MESSAGE_NOT_FOUND); a firstKeptMessageId further than one message past throughMessageId (messages between neither summarized nor kept) is INVALID_PARAMS (field compaction.firstKeptMessageId), nothing written. Mutating: a submissionId is generated when none is given, and a retry after a lost connection or a retriable error reuses it."""
         params: dict[str, Any] = {}
         params["sessionId"] = session_id
         params["compaction"] = compaction

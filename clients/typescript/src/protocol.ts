@@ -637,6 +637,7 @@ export interface Compaction {
   /** Message/turn/entry id. */
   id: string;
   summary: string;
+  /** First message the summary keeps: at or before throughMessageId in the transcript, or the one right after it; one further on is INVALID_PARAMS. */
   firstKeptMessageId?: string | null;
   /** Durable transcript boundary. */
   throughMessageId: string;
@@ -3706,7 +3707,7 @@ export interface Methods {
   "session.truncateFrom": { params: TruncateFromParams; result: TruncateFromResult };
   /** Atomically rewrite the whole transcript with these messages. (mutating: accepts submissionId) */
   "session.replaceMessages": { params: ReplaceMessagesParams; result: SessionResult };
-  /** Append a model-context checkpoint line. (mutating: accepts submissionId) */
+  /** Append a model-context checkpoint line. Its throughMessageId and firstKeptMessageId must be messages of the session (MESSAGE_NOT_FOUND); a firstKeptMessageId further than one message past throughMessageId (messages between neither summarized nor kept) is INVALID_PARAMS (field compaction.firstKeptMessageId), nothing written. (mutating: accepts submissionId) */
   "session.appendCompaction": { params: AppendCompactionParams; result: AppendCompactionResult };
   /** Copy the transcript (or a prefix) into a new independent session. (mutating: accepts submissionId) */
   "session.fork": { params: ForkParams; result: SessionSummary };
