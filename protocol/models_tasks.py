@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from .models_common import (
     MAX_REF_CHARS,
@@ -215,10 +215,18 @@ class TasksStartRunParams(MutatingParams):
 class TasksFinishRunParams(MutatingParams):
     run_id: WireId
     status: Literal["completed", "aborted", "error"]
-    error_code: ErrorCode | None = None
+    error_code: ErrorCode | None = Field(
+        default=None, description="Why an error or aborted run ended; with status completed it is INVALID_PARAMS "
+        "(as session.endTurn).")
     session_id: SessionId | None = Field(
         default=None, description="The session the agent created for this run (links its transcript)."
     )
+
+    @model_validator(mode="after")
+    def _no_error_on_success(self) -> TasksFinishRunParams:
+        if self.status == "completed" and self.error_code is not None:
+            raise ValueError("errorCode is only valid for an error or aborted run")
+        return self
 
 
 __all__ = [

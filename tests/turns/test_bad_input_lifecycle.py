@@ -88,3 +88,20 @@ async def test_a_checkpoint_keeping_from_after_its_boundary_is_refused(tmp_path:
                 await c.call("session.appendCompaction", {"sessionId": sid, "compaction": good})
             got = await c.call("session.get", {"sessionId": sid})
             assert [cp["id"] for cp in got["compactions"]] == ["cp-m2", "cp-m3", "cp-m2-m1"]
+
+
+async def test_a_task_run_finished_completed_with_an_error_code_is_refused(tmp_path: Path) -> None:
+    """``session.endTurn`` refuses ``errorCode`` on a completed turn (INVALID_PARAMS); ``tasks.finishRun`` stored
+    a ``completed`` run carrying an ``errorCode``, a run that both succeeded and failed. Now the same
+    INVALID_PARAMS naming ``errorCode``, the run still running; an error or aborted run keeps its code."""
+    with trio.fail_after(30):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            task = await c.call("tasks.create", {"title": "T", "prompt": "p"})
+            await c.call("tasks.startRun", {"taskId": task["id"], "runId": "r1"})
+            err = await rpc_error(c.call("tasks.finishRun", {"runId": "r1", "status": "completed",
+                                                             "errorCode": "E_X"}))
+            assert err.data_code == "INVALID_PARAMS" and "errorCode" in str(err.data), err.data
+            runs = (await c.call("tasks.runs", {"taskId": task["id"]}))["runs"]
+            assert [(r["id"], r["status"], r.get("errorCode")) for r in runs] == [("r1", "running", None)]
+            done = await c.call("tasks.finishRun", {"runId": "r1", "status": "aborted", "errorCode": "E_X"})
+            assert (done["status"], done["errorCode"]) == ("aborted", "E_X")

@@ -3227,6 +3227,7 @@ export interface TasksFinishRunParams {
   /** Message/turn/entry id. */
   runId: string;
   status: "completed" | "aborted" | "error";
+  /** Why an error or aborted run ended; with status completed it is INVALID_PARAMS (as session.endTurn). */
   errorCode?: string | null;
   /** The session the agent created for this run (links its transcript). */
   sessionId?: string | null;
