@@ -274,6 +274,8 @@ async def test_kill9_between_file_append_and_index_commit(tmp_path: Path) -> Non
             async with _client(proc) as c:
                 got = await c.call("session.get", {"sessionId": sid, "full": True})
                 found = await _search(c, data, f"zebracorn{int(acked[-1][1:]):03d}")
+                # every acknowledged message, the ones the lost commits covered among them, once each
+                every = {mid: await _search(c, data, f"zebracorn{int(mid[1:]):03d}") for mid in acked}
                 # The client's retry after the crash returns the stored answer, once.
                 retry = await c.call("session.appendMessage", {
                     "sessionId": sid, "submissionId": f"sub-{int(attempted[1:])}",
@@ -289,6 +291,7 @@ async def test_kill9_between_file_append_and_index_commit(tmp_path: Path) -> Non
     ids = [m["id"] for m in got["messages"]]
     assert ids == in_file
     assert found == [acked[-1]]  # acknowledged before its index commit: found after the restart
+    assert every == {mid: [mid] for mid in acked}, every
     final = [m["id"] for m in again["messages"]]
     assert final == [*acked, attempted]  # the retry wrote it once (or found it written)
     assert retry["message"]["id"] == attempted and retry["message"]["seq"] == len(final)
