@@ -22,8 +22,9 @@ Each cell, black-box against real ``pi-host serve`` processes:
    landed when the restart ended what it needed (boot fences a running turn), a definite error (no effect) or
    the documented answer of :data:`AFTER_RESTART`. Every table's row count and each folder's file count equal
    the uncrashed run's (a LIVE method's: a real host's killed just after the answer, or instead of the
-   request, then restarted: :func:`live_reference`). A second retry answers the same and changes nothing, and
-   ``k1`` and ``k2`` are still read by ``session.get`` and ``search.query``.
+   request, then restarted: :func:`live_reference`), and the scenario's session reads over the wire
+   (``session.get``: ids, roles, blocks) as the uncrashed run's. A second retry answers the same and changes
+   nothing, and ``k1`` and ``k2`` are still read by ``session.get`` and ``search.query``.
 
 Scenarios marked :data:`LIVE` need state a restart ends (a running turn, a held queue lease, an in-flight
 checkpoint): their setup runs in the armed host itself, before the request.
@@ -547,6 +548,8 @@ class Clean:
     """What :data:`READ_BACK` reads afterwards, if it names the method."""
     files: dict[str, int]
     """:func:`_files` afterwards."""
+    session: Any = None
+    """:func:`_session_view` afterwards."""
 
 
 # Tables a host's boot or connections write to (one more boot in a crashed run), not a request.
@@ -561,6 +564,9 @@ _OTHERWISE: dict[str, tuple[str, ...]] = {
     "session.assistantEdit": ("message_revisions",),
     # the turn it started was running when the host died: boot fences it, and audits that
     "session.startTurn": ("audit_log",),
+    # the plan it submitted was awaiting approval when the host died (killed after its commit): "the boot fence
+    # leaves an audit record for each plan/goal approval ... it interrupts" (plan_interrupted, protocol/README)
+    "plans.submit": ("audit_log",),
 }
 READ_BACK: dict[str, Callable[[HostClient, dict[str, Any]], Awaitable[Any]]] = {
     "session.assistantEdit": lambda c, answer: c.call("session.listRevisions",
@@ -628,11 +634,12 @@ async def uncrashed(method: str) -> Clean:
                 moved = None if counted is None or scenario.count is None else scenario.count(root, v) - counted
                 tables = _tables(root)
                 read = await READ_BACK[method](c, answer[1]) if method in READ_BACK else None
+                session = await _session_view(keeper, method, v)
         passed: dict[str, int] = {}
         for name in after:
             for k in range(1, after[name] - before.get(name, 0) + 1):
                 passed[name if k == 1 else f"{name}#{k}"] = before.get(name, 0) + k
-        return Clean(passed, answer, moved, tables, read, _files(root))
+        return Clean(passed, answer, moved, tables, read, _files(root), session)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -686,6 +693,18 @@ def _shape(value: Any, key: str = "") -> Any:
     if isinstance(value, bool) or key in _STATUS_KEYS:
         return value
     return type(value).__name__
+
+
+async def _session_view(c: HostClient, method: str, v: dict[str, Any]) -> Any:
+    """The scenario's session read over the wire (``session.get``): each message's id, role and blocks, or the
+    error the read answers (a deleted session). None for a LIVE method (a restart fences its turn, which an
+    uncrashed run's session does not show) and a scenario without a session."""
+    if method in LIVE or "sid" not in v:
+        return None
+    got = await _call(c, "session.get", {"sessionId": v["sid"], "full": True})
+    if got[0] != "ok":
+        return got
+    return [(m["id"], m["role"], m["blocks"]) for m in got[1]["messages"]]
 
 
 async def _read_keep(c: HostClient) -> tuple[list[str], list[str]]:
@@ -751,6 +770,8 @@ async def run_cell(tmp_path: Path, method: str, point: str, counts: dict[Any, An
                     assert retried[1] in ("CONFLICT", "NOT_FOUND", "TURN_NOT_RUNNING"), retried
                     assert effect in (None, 0), f"{method} at {point}: failed, yet the counter moved {effect}"
                 await keeper.call("search.query", {"query": "yankee"})  # the index covers what is acknowledged
+                # what the request left is read over the wire as an uncrashed run reads it
+                assert await _session_view(keeper, method, v) == clean.session, f"{method} at {point}: session reads"
                 if method in READ_BACK and retried[0] == "ok":
                     read = await READ_BACK[method](c, retried[1])
                     assert _stable(read) == _stable(clean.read), f"{method} at {point}: {read} != {clean.read}"
