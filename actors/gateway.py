@@ -273,6 +273,7 @@ class Gateway:
             accepted_total=self._counters.accepted_total,
             rejected_total=self._counters.rejected_total,
             slow_consumer_closes=self._counters.slow_consumer_closes,
+            keepalive_closes=self._counters.keepalive_closes,
             overflow_closes=self._counters.overflow_closes,
             outbound_queued=sum(c.outbound_queued() for c in conns),
             peak_outbound_queued=self._counters.peak_outbound_queued,

@@ -12,6 +12,8 @@ Tasks per connection (all in one nursery inside one cancel scope):
   frame with nothing queued or being sent before it goes to the socket from
   the task that answered (``deliver``: no hop to the writer and back), and
   the writer only finishes what the socket did not take at once;
+- after ``host.hello``, one *keepalive*: a ping every ``ping_interval`` seconds,
+  closing (1011) a peer silent past ``ping_timeout`` after one (``_keepalive``);
 - one *pump* per event subscription, forwarding bus events as notifications (a
   long event's data encoded once for every subscriber, in a worker thread:
   ``_event_frame``).
@@ -102,6 +104,7 @@ logger = logging.getLogger(__name__)
 CLOSE_POLICY = 1008  # policy violation: unauthenticated, slow consumer
 CLOSE_TRY_AGAIN = 1013  # event subscriber overflowed: resubscribe with cursor
 CLOSE_GOING_AWAY = 1001  # the host is shutting down
+CLOSE_KEEPALIVE = 1011  # a ping went unanswered (the code and reason the websockets library uses)
 _CONNECTION_METHODS = frozenset({"host.hello", "events.subscribe", "events.unsubscribe"})
 _PLUGIN_TOPICS = frozenset({"settings.changed"})
 """What a plugin connection may subscribe to (its own namespace's events only: ``_plugin_scope``)."""
@@ -127,6 +130,7 @@ class Counters:
     oversized_replies: int = 0
     evicted_unauthenticated: int = 0
     evicted_heads: int = 0
+    keepalive_closes: int = 0
 
 
 class _Sink(Protocol):
@@ -344,6 +348,10 @@ class GatewayConnection:
         self._mid_frame = False
         self._nursery: trio.Nursery | None = None
         self.peak_outbound = 0
+        # Since when the reader has been waiting for the peer's next message (None: it is handling one, or
+        # waiting for the host: in-flight slots, the rate, a budget). Only while it waits for the peer does
+        # trio-websocket's reader take every frame, pongs included (its message channel is drained).
+        self._peer_wait_since: float | None = None
 
     # -- introspection -------------------------------------------------------
     def outbound_queued(self) -> int:
@@ -555,6 +563,8 @@ class GatewayConnection:
             return
         self._ctx = ctx
         self._dispatcher.connected(ctx)
+        if self._config.ping_interval is not None:
+            nursery.start_soon(self._keepalive, nursery, self._config.ping_interval)
         await self._read_loop(nursery)
 
     def _deliver_small(self, response: dict[str, Any]) -> None:
@@ -610,11 +620,54 @@ class GatewayConnection:
     # -- requests ------------------------------------------------------------
     async def _read_loop(self, nursery: trio.Nursery) -> None:
         while True:
+            self._peer_wait_since = trio.current_time()
             try:
                 message = await self._ws.get_message()
             except ConnectionClosed:
                 return
+            finally:
+                self._peer_wait_since = None
             await self._on_frame(message, nursery)
+
+    # -- keepalive -----------------------------------------------------------
+    async def _keepalive(self, nursery: trio.Nursery, interval: float) -> None:
+        """Ping every ``interval`` seconds (one ping outstanding at most); close with 1011 a connection
+        whose peer sent nothing at all, not even the pong, for ``ping_timeout`` seconds after a ping: a
+        client that stopped reading, a process that froze, a half-open socket, a message dribbled without
+        end. trio-websocket, browsers and the other WebSocket libraries answer pings by themselves.
+
+        Only silence closes: while the reader waits for the host (in-flight slots, the request rate, a
+        work budget), a pong may sit behind frames the host has not read yet, so an unanswered ping then
+        starts the wait over, from the moment the reader waits for the peer again."""
+        timeout = self._config.ping_timeout
+        answered = trio.Event()
+        answered.set()  # nothing outstanding yet
+        since = 0.0
+        while True:
+            await trio.sleep(interval)
+            if answered.is_set():
+                answered, since = trio.Event(), trio.current_time()
+                nursery.start_soon(self._ping, answered)
+            with trio.move_on_after(max(0.0, since + timeout - trio.current_time())):
+                await answered.wait()
+            if answered.is_set():
+                continue
+            waiting = self._peer_wait_since
+            if waiting is not None and waiting <= since:  # nothing read since the ping, not even its pong
+                self._counters.keepalive_closes += 1
+                logger.info("connection %d: no pong within %.0f s of a ping; closing", self.id, timeout)
+                self.close(CLOSE_KEEPALIVE, "keepalive ping timeout")
+                return
+            since = trio.current_time()  # the peer spoke, or the host held its frames: measure from now
+
+    async def _ping(self, answered: trio.Event) -> None:
+        """One ping, sent under trio-websocket's send lock (as the fast path's frames are); ``answered`` is
+        set by its pong. Its own task: a timeout never cancels the ping's send part way through a frame."""
+        try:
+            await self._ws.ping()
+        except ConnectionClosed:
+            return
+        answered.set()
 
     async def _on_frame(self, message: str | bytes, nursery: trio.Nursery) -> None:
         await self._wait_pieces()

@@ -54,6 +54,11 @@ class GatewayConfig:
     handshake_timeout: float = 10.0
     hello_timeout: float = 5.0
     close_timeout: float = 5.0  # bound on the closing handshake
+    # Keepalive (RELIABILITY.md row 12's ping timeout): after host.hello, a ping every ping_interval seconds;
+    # a connection that sent nothing at all, not even the pong, ping_timeout seconds after a ping is closed
+    # (1011). None: no pings.
+    ping_interval: float | None = 20.0
+    ping_timeout: float = 20.0
 
     def __post_init__(self) -> None:
         if not self.token:
@@ -64,6 +69,8 @@ class GatewayConfig:
                      "max_pending_heads", "max_host_work_bytes", "max_host_outbound_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1")
+        if (self.ping_interval is not None and self.ping_interval <= 0) or self.ping_timeout <= 0:
+            raise ValueError("GatewayConfig.ping_interval and ping_timeout must be > 0")
 
     def __repr__(self) -> str:  # never print the token
         return (f"GatewayConfig(host={self.host!r}, port={self.port}, "
@@ -126,3 +133,4 @@ class GatewayStatistics:
     oversized_replies: int = 0
     pending_heads: int = 0  # connections whose request head is not read (or plain HTTP answered) yet
     evicted_heads: int = 0  # of them, closed to make room for a newer one
+    keepalive_closes: int = 0  # authenticated connections closed for a ping left unanswered

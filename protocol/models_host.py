@@ -174,6 +174,8 @@ class GatewayStats(Result):
     unauthenticated: Count = Field(description="Connections that have not said host.hello yet.")
     evicted_unauthenticated: Count = Field(description="Silent connections closed to admit newer ones.")
     slow_consumer_closes: Count
+    keepalive_closes: Count = Field(
+        description="Connections closed (1011) for sending nothing, not even a pong, after a ping.")
     outbound_bytes: Count = Field(description="Encoded bytes waiting for sockets, all connections.")
     peak_outbound_bytes: Count
     oversized_replies: Count = Field(description="Replies answered PAYLOAD_TOO_LARGE by the reply caps.")

@@ -87,5 +87,9 @@ class HostConfig:
     # read is closed (1008), and connections that have not said host.hello yet.
     max_outbound_bytes: int = 32 * 1024 * 1024
     max_unauthenticated: int = 128
+    # After host.hello the host pings each connection this often and closes (1011) one that sent nothing,
+    # not even the pong, for ping_timeout seconds after a ping (None: no pings).
+    ping_interval: float | None = 20.0
+    ping_timeout: float = 20.0
     # A pi session root (~/.pi/agent/sessions) listed read-only as native-pi:<id> sessions (seed §12); None: none.
     native_pi_root: Path | None = None

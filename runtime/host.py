@@ -380,6 +380,7 @@ async def run_host(
                     allowed_origins=config.allowed_origins,
                     max_frame_bytes=config.max_frame_bytes, max_params_bytes=config.max_params_bytes,
                     max_outbound_bytes=config.max_outbound_bytes, max_unauthenticated=config.max_unauthenticated,
+                    ping_interval=config.ping_interval, ping_timeout=config.ping_timeout,
                 )
                 static = await trio.to_thread.run_sync(load_static)
                 site = HttpSite(token=token, codes=services.get(LOGIN_CODES), ready=lambda: gateway.accepting,
@@ -579,6 +580,7 @@ def _gateway_stats(gateway: Gateway) -> dict[str, Any]:
     st = gateway.statistics()
     return {"connections": st.connections, "unauthenticated": st.unauthenticated,
             "evictedUnauthenticated": st.evicted_unauthenticated, "slowConsumerCloses": st.slow_consumer_closes,
+            "keepaliveCloses": st.keepalive_closes,
             "outboundBytes": st.outbound_bytes, "peakOutboundBytes": st.peak_outbound_bytes,
             "oversizedReplies": st.oversized_replies}
 

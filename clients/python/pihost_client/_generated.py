@@ -643,6 +643,7 @@ class GatewayStats(TypedDict):
     unauthenticated: int
     evictedUnauthenticated: int
     slowConsumerCloses: int
+    keepaliveCloses: int
     outboundBytes: int
     peakOutboundBytes: int
     oversizedReplies: int

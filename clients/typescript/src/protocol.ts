@@ -840,6 +840,8 @@ export interface GatewayStats {
   /** Silent connections closed to admit newer ones. */
   evictedUnauthenticated: number;
   slowConsumerCloses: number;
+  /** Connections closed (1011) for sending nothing, not even a pong, after a ping. */
+  keepaliveCloses: number;
   /** Encoded bytes waiting for sockets, all connections. */
   outboundBytes: number;
   peakOutboundBytes: number;
