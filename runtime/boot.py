@@ -467,7 +467,7 @@ def _recover(conn: sqlite3.Connection, open_report: OpenReport, data_dir: DataDi
         logged = deleted_log.read(data_dir.sessions_dir)
         with transaction(conn):
             report["deletedSessionsRestored"] = forget_logged(conn, logged, live)
-    report["deletedLogCompacted"] = deleted_log.compact(data_dir.sessions_dir, live=sorted(live))
+    report["deletedLogCompacted"] = deleted_log.compact(data_dir.sessions_dir, live=sorted(live), faults=faults)
     with transaction(conn):
         report["planIntents"] = sweep_intents(conn, data_dir.sessions_dir)
     # an uninstall intent whose receipts all committed (a kill right after the commit) has done its work

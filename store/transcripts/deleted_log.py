@@ -41,6 +41,7 @@ from typing import Any, Final
 import orjson
 
 from store.errors import classify_os_error
+from store.faults import NO_FAULTS, Faults
 from store.fsutil import atomic_write, fsync_dir, open_nofollow, write_all
 from store.rules import SESSION_ID_RE
 
@@ -175,7 +176,7 @@ def newest(entries: Iterable[LoggedDelete]) -> list[LoggedDelete]:
 
 
 def compact(sessions_dir: Path, *, live: Sequence[str] = (), over: int = COMPACT_AT_BYTES,
-            keep: int = KEEP_ENTRIES) -> int | None:
+            keep: int = KEEP_ENTRIES, faults: Faults = NO_FAULTS) -> int | None:
     """Boot: a file over ``over`` bytes is replaced whole (atomic) by the newest line of each id not in
     ``live`` (a session created again since; its next delete logs it again), the newest ``keep`` of them.
     Returns the number of lines kept, ``None`` when the file was left as it is."""
@@ -187,5 +188,5 @@ def compact(sessions_dir: Path, *, live: Sequence[str] = (), over: int = COMPACT
         return None
     alive = set(live)
     kept = [e for e in newest(read(sessions_dir)) if e.session_id not in alive][-keep:] if keep > 0 else []
-    atomic_write(path, b"".join(e.line() for e in kept), point_prefix="deleted_log.compact")
+    atomic_write(path, b"".join(e.line() for e in kept), faults=faults, point_prefix="deleted_log.compact")
     return len(kept)

@@ -101,3 +101,23 @@ def test_compaction_keeps_the_newest_line_of_each_dead_id_within_the_bound(tmp_p
     assert not any(n.startswith(FILE_NAME + ".tmp") for n in os.listdir(tmp_path))
     line = (tmp_path / FILE_NAME).read_bytes().splitlines()[0]
     assert orjson.loads(line) == {"type": "session_deleted", "sessionId": "s4", "deletedAt": NOW + 24}
+
+
+@pytest.mark.parametrize("point", ["after_tmp_write", "after_tmp_fsync", "after_rename", "before_dirsync"])
+def test_a_compaction_that_dies_at_any_step_leaves_the_old_log_or_the_new_and_the_next_boot_finishes_it(
+        tmp_path: Path, point: str) -> None:
+    """Boot passes its faults to the compaction (its four atomic-write points could never fire before): a crash
+    at each one leaves a log that reads as the old one or the compacted one, never a mix or a lost id, and
+    the next boot's compaction ends where an uncrashed one would."""
+    for i in range(30):
+        deleted_log.append(tmp_path, LoggedDelete(f"s{i % 10}", NOW + i))
+    old = {(e.session_id, e.deleted_at) for e in deleted_log.newest(deleted_log.read(tmp_path))}
+    faults = Faults()
+    faults.add(f"deleted_log.compact.{point}")
+    with pytest.raises(InjectedFault):
+        deleted_log.compact(tmp_path, live=["s9"], over=0, keep=5, faults=faults)
+    after = {(e.session_id, e.deleted_at) for e in deleted_log.newest(deleted_log.read(tmp_path))}
+    new = {(f"s{i}", NOW + 20 + i) for i in range(4, 9)}
+    assert after == (old if point in ("after_tmp_write", "after_tmp_fsync") else new), point
+    assert deleted_log.compact(tmp_path, live=["s9"], over=0, keep=5) == 5
+    assert {(e.session_id, e.deleted_at) for e in deleted_log.read(tmp_path)} == new
