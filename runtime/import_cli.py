@@ -86,15 +86,12 @@ def render_summary(result: dict[str, Any], *, hint: str | None = None) -> str:
         if rep.get("status") == "refused":
             where = rep.get("externalId") or rep.get("sessionId") or "?"
             lines.append(f"refused {where}: {rep.get('reason')}: {rep.get('message')}")
-    counts = result.get("counts", {})
-    shown = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "nothing found"
     dry = bool(result.get("dryRun"))
-    verb = "would import" if dry else "imported"
     held = int(result.get("messages", 0))
     new = int(result.get("newMessages", held))
     added = "would be new" if dry else "new"
-    lines.append(f"{verb} {result.get('total', 0)} session(s) from {result.get('root')}: {shown}; "
-                 f"{new} messages {added} ({held} in the sessions read), {_mb(int(result.get('sourceBytes', 0)))} read")
+    lines.append(f"{_what_happened(result, dry)}; {new} messages {added} ({held} in the sessions read), "
+                 f"{_size(int(result.get('sourceBytes', 0)))} read")
     hidden = int(result.get("hiddenOffBranch", 0))
     if hidden:
         lines.append(f"{hidden} message(s) {'would be' if dry else 'were'} hidden: they are no longer on the "
@@ -115,6 +112,43 @@ def render_summary(result: dict[str, Any], *, hint: str | None = None) -> str:
     if hint:
         lines.append(hint)
     return "\n".join(lines)
+
+
+def _sessions(n: int) -> str:
+    return f"{n} new session{'' if n == 1 else 's'}"
+
+
+def _what_happened(result: dict[str, Any], dry: bool) -> str:
+    """The summary's sentence: ``imported 6 new sessions and updated 1 from ROOT (2 unchanged, 1 refused)``, in a
+    dry run ``would import 6 new sessions and update 1 ...``; ``imported nothing`` when no session came in. The
+    counts are the host's statuses (``would-new`` ... in a dry run), said in words."""
+    counts = {k: int(n) for k, n in (result.get("counts") or {}).items() if isinstance(n, int)}
+    new = counts.get("would-new" if dry else "new", 0)
+    updated = counts.get("would-updated" if dry else "updated", 0)
+    if new and updated:
+        done = f"{_sessions(new)} and {'update' if dry else 'updated'} {updated}"
+    elif new:
+        done = _sessions(new)
+    elif updated:
+        done = f"{'update' if dry else 'updated'} {updated} imported before"
+    else:
+        done = "nothing"
+    if updated and not new:
+        head = f"would {done}" if dry else done
+    else:
+        head = f"would import {done}" if dry else f"imported {done}"
+    said = {"new", "updated", "would-new", "would-updated"}
+    rest = [f"{n} {k}" for k, n in counts.items() if n and k not in said]
+    if not result.get("total"):
+        rest = ["no sessions found"]
+    return f"{head} from {result.get('root')}" + (f" ({', '.join(rest)})" if rest else "")
+
+
+def _size(n: int) -> str:
+    """Bytes read, as a person reads them (``0.0 MB`` said nothing of a few KB)."""
+    if n < 1024:
+        return f"{n} B"
+    return f"{n / 1024:.1f} KB" if n < 1024 * 1024 else _mb(n)
 
 
 def _line_notes(result: dict[str, Any]) -> list[str]:

@@ -395,7 +395,7 @@ def test_import_dry_run_leaves_the_index_and_the_files_alone(tmp_path: Path, hos
     assert cli(host.data_dir, "sessions", "--json").stdout == before_list
     assert cli(host.data_dir, "search", "heron").stdout == ""
     human = cli(host.data_dir, "import", "claude-code", str(project.parent), "--dry-run")
-    assert human.returncode == 0 and "would import 2 session(s)" in human.stdout, human.stdout
+    assert human.returncode == 0 and "would import 2 new sessions from " in human.stdout, human.stdout
     done = json.loads(cli(host.data_dir, "import", "claude-code", str(project.parent), "--json").stdout)
     assert done["dryRun"] is False and done["counts"]["new"] == 2  # the dry runs recorded nothing
     listed = json.loads(cli(host.data_dir, "sessions", "--json").stdout)["sessions"]

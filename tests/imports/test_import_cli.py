@@ -82,7 +82,7 @@ def test_import_draws_a_progress_bar_only_on_a_terminal(tmp_path: Path, host: Ho
     code, shown = on_terminal(host.data_dir, "import", "claude-code", str(home / "projects"))
     assert code == 1
     assert "import claude-code [" in shown and "5/5 sessions" in shown
-    assert "imported 5 session(s)" in shown
+    assert "imported 4 new sessions from " in shown and " (1 refused); " in shown
     piped = cli(host.data_dir, "import", "claude-code", str(home / "projects"))
     assert "\r" not in piped.stdout and "[" not in piped.stdout
     code, as_json = on_terminal(host.data_dir, "import", "claude-code", str(home / "projects"), "--json")

@@ -19,7 +19,7 @@ def test_summary_counts_new_messages_apart_from_parsed_ones_and_names_hidden_and
               "newMessages": 3, "hiddenOffBranch": 2, "unknownKinds": {"world_state": 4, "x": 1},
               "sourceBytes": 0}
     text = render_summary(result)
-    assert "imported 2 session(s) from /r: 1 updated, 1 unchanged; 3 messages new (40 in the sessions read)" in text
+    assert "updated 1 imported before from /r (1 unchanged); 3 messages new (40 in the sessions read)" in text
     assert "2 message(s) were hidden: they are no longer on the source's current branch" in text
     assert "skipped record kinds this importer does not know: world_state ×4, x ×1" in text
     quiet = render_summary({**result, "hiddenOffBranch": 0, "unknownKinds": {}})
@@ -81,5 +81,27 @@ def test_an_empty_folder_hints_where_the_tool_keeps_its_sessions(tmp_path: Path)
     text = render_summary({"root": "/r", "total": 0, "counts": {}, "messages": 0, "sourceBytes": 0},
                           hint=nothing_found_hint("pi", "/r", "/home/u/.pi/agent/sessions"))
     assert text.splitlines() == [
-        "imported 0 session(s) from /r: nothing found; 0 messages new (0 in the sessions read), 0.0 MB read",
+        "imported nothing from /r (no sessions found); 0 messages new (0 in the sessions read), 0 B read",
         "hint: no pi sessions in /r; pi keeps them in /home/u/.pi/agent/sessions"]
+
+
+def test_the_import_summary_is_a_sentence_in_a_dry_run_and_in_a_real_one() -> None:
+    """A dry run printed the raw statuses ("3 would-new"), and a run that imported nothing said "imported 3
+    session(s)" of three unchanged ones."""
+    base = {"root": "/r", "messages": 6, "newMessages": 4, "sourceBytes": 2048}
+    dry = render_summary({**base, "dryRun": True, "total": 9,
+                          "counts": {"would-new": 6, "would-updated": 1, "unchanged": 2, "refused": 0}})
+    assert dry.splitlines()[0] == ("would import 6 new sessions and update 1 from /r (2 unchanged); "
+                                   "4 messages would be new (6 in the sessions read), 2.0 KB read")
+    real = render_summary({**base, "total": 9, "counts": {"new": 6, "updated": 1, "unchanged": 2}})
+    assert real.splitlines()[0] == ("imported 6 new sessions and updated 1 from /r (2 unchanged); "
+                                    "4 messages new (6 in the sessions read), 2.0 KB read")
+    same = {**base, "messages": 3, "newMessages": 0, "total": 3, "counts": {"unchanged": 3}}
+    assert render_summary({**same, "dryRun": True}).splitlines()[0].startswith(
+        "would import nothing from /r (3 unchanged); 0 messages would be new")
+    assert render_summary(same).splitlines()[0].startswith("imported nothing from /r (3 unchanged); 0 messages new")
+    one = render_summary({**base, "total": 2, "counts": {"new": 1, "refused": 1}})
+    assert one.splitlines()[0].startswith("imported 1 new session from /r (1 refused); ")
+    nothing = render_summary({"root": "/r", "total": 0, "counts": {}, "messages": 0, "sourceBytes": 0})
+    assert nothing.splitlines()[0] == "imported nothing from /r (no sessions found); 0 messages new (0 in the " \
+                                      "sessions read), 0 B read"
