@@ -19,11 +19,14 @@
 --dev (any command) uses the development root ~/.pi-desktop-dev instead of the
 packaged app's ~/.pi-desktop; --data-dir and $PI_DESKTOP_DATA_DIR still win.
 Without a command it prints this help. Exit codes: 0 ok, 1 an error the host
-answered (its code, message and field details are printed), 2 no host, 3 the
-data directory is in use, 4 actors kept crashing, 5 the data directory could
-not be opened (e.g. a refused migration), 6 the port is in use, 128+N (130 for
-SIGINT, 143 for SIGTERM) signal N stopped `serve` during boot, before it served
-anything (no clean-shutdown marker: the next start reports an unclean stop).
+answered (its code, message and field details are printed) or a setting that
+is not set (`settings get KEY`: NOT_SET), 2 no host, or a command line argparse
+refused (usage), 3 the data directory is in use, 4 actors kept crashing, 5 the
+data directory could not be opened (e.g. a refused migration), 6 the port is in
+use, 128+N (130 for SIGINT, 143 for SIGTERM) signal N stopped `serve` during
+boot, before it served anything (no clean-shutdown marker: the next start
+reports an unclean stop); 130 Ctrl-C stopped any other command, 141 its reader
+went away (`| head`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import argparse
 import gc
 import importlib
 import ipaddress
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -83,10 +87,12 @@ def _loopback_host(value: str) -> str:
     return value.strip("[]")
 
 
-EXIT_CODES = ("exit codes: 0 ok, 1 an error the host answered (its code, message and field details are printed), "
-              "2 no host, 3 the data directory is in use, 4 actors kept crashing, 5 the data directory could not be "
-              "opened (e.g. a refused migration), 6 the port is in use, 128+N a signal stopped `serve` during boot "
-              "(130 SIGINT, 143 SIGTERM); `doctor` and `follow` say their own in their help")
+EXIT_CODES = ("exit codes: 0 ok, 1 an error the host answered (its code, message and field details are printed) or "
+              "a setting that is not set (settings get KEY: NOT_SET), 2 no host, or a usage error, 3 the data "
+              "directory is in use, 4 actors kept crashing, 5 the data directory could not be opened (e.g. a refused "
+              "migration), 6 the port is in use, 128+N a signal stopped `serve` during boot (130 SIGINT, 143 "
+              "SIGTERM), 130 Ctrl-C stopped another command, 141 its reader went away (| head); `doctor` and "
+              "`follow` say their own in their help")
 
 
 def _retention_days(value: str) -> int:
@@ -98,6 +104,43 @@ def _retention_days(value: str) -> int:
     if not 1 <= days <= 36_500:
         raise argparse.ArgumentTypeError(f"{days} days is out of range (1 to 36500)")
     return days
+
+
+def _port(value: str) -> int:
+    """``serve --port``: 0 (a free port) to 65535; 70000 listened on 70000 - 65536, -1 was a traceback."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= port <= 65_535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535; 0 picks a free one)")
+    return port
+
+
+def _seconds(*, above_zero: bool = False) -> Callable[[str], float]:
+    """A number of seconds: finite, and not below zero (above zero when ``above_zero``); a negative ``stop
+    --timeout`` sent SIGTERM and then said the host "did not stop within -1 s", and ``serve`` took a NaN or
+    negative idle timeout as it came."""
+    def seconds(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+        if not math.isfinite(number) or number < 0 or (above_zero and number == 0):
+            raise argparse.ArgumentTypeError(f"{value} is not a number of seconds " +
+                                             ("above 0" if above_zero else "of 0 or more"))
+        return number
+    return seconds
+
+
+def _byte_count(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of bytes") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{count} is not a number of bytes (0 or more)")
+    return count
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -115,19 +158,20 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--dev", action="store_true", default=argparse.SUPPRESS, help=dev_help)
     sub = ap.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the host in the foreground", parents=[common])
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT,
+    serve.add_argument("--port", type=_port, default=DEFAULT_PORT,
                        help=f"port on the loopback address (default {DEFAULT_PORT}); 0 picks a free port")
     serve.add_argument("--host", type=_loopback_host, default="127.0.0.1",
                        help="loopback address to listen on (127.0.0.1, ::1 or localhost; nothing else)")
     serve.add_argument("--allow-origin", action="append", default=[], help="browser Origin to accept")
-    serve.add_argument("--idle-timeout", type=float, default=300.0, help="session actor idle passivation (s)")
+    serve.add_argument("--idle-timeout", type=_seconds(above_zero=True), default=300.0,
+                       help="session actor idle passivation (s)")
     serve.add_argument("--synchronous", choices=["FULL", "NORMAL"], default=None,
                        help="force one SQLite synchronous mode (benchmarks)")
-    serve.add_argument("--search-upkeep-after", type=float, default=2.0, metavar="SECONDS",
+    serve.add_argument("--search-upkeep-after", type=_seconds(), default=2.0, metavar="SECONDS",
                        help="merge search index segments once the DB writer is idle this long (0 = never)")
-    serve.add_argument("--integrity-sweep", type=float, default=3600.0, metavar="SECONDS",
+    serve.add_argument("--integrity-sweep", type=_seconds(), default=3600.0, metavar="SECONDS",
                        help="check the index table by table while idle, a pass every SECONDS (0 = never)")
-    serve.add_argument("--integrity-sweep-after", type=float, default=5.0, metavar="SECONDS",
+    serve.add_argument("--integrity-sweep-after", type=_seconds(), default=5.0, metavar="SECONDS",
                        help="each step of that check waits until the DB writer has been idle this long")
     serve.add_argument("--native-pi-root", metavar="DIR", default=None,
                        help="list the pi sessions under DIR read-only as native-pi:<id> sessions")
@@ -140,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="a folder attachments.importFile may read (besides the session's project and scratch/)")
     serve.add_argument("--audit-retention-days", type=_retention_days, default=90, metavar="DAYS",
                        help="boot prunes audit log rows older than DAYS (1-36500, default 90)")
-    serve.add_argument("--disk-warn-below", type=int, default=512 * 1024 * 1024, metavar="BYTES",
+    serve.add_argument("--disk-warn-below", type=_byte_count, default=512 * 1024 * 1024, metavar="BYTES",
                        help="host.status warns when the data directory's disk has less free space")
     _add_client_commands(sub, common)
     imp = sub.add_parser("import", help="import another agent's sessions into the running host", parents=[common])
@@ -192,7 +236,7 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     follow.add_argument("session")
     stop = sub.add_parser("stop", help="stop the running host cleanly (SIGTERM, wait for clean-shutdown)",
                           parents=[common])
-    stop.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
+    stop.add_argument("--timeout", type=_seconds(), default=30.0, help="seconds to wait (default 30)")
     opener = sub.add_parser("open", help="open the browser inspector with a one-time login code", parents=[common])
     opener.add_argument("--print", action="store_true", help="print the URL instead of starting a browser")
     for name, text in (("agent", "the reference agent sidecar (see `pi-host agent --help`)"),
@@ -240,8 +284,13 @@ EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a program whose reader went away."""
 
 
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT: Ctrl-C, as a shell reports it (``serve`` and ``follow`` handle their signals themselves)."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; a reader that goes away (``pi-host sessions | head``) ends it quietly."""
+    """Run one command; a reader that goes away (``pi-host sessions | head``) ends it quietly, and so does
+    Ctrl-C (a command waiting for a hung host, or still importing its modules): exit 130, no traceback."""
     try:
         code = _main(argv)
         sys.stdout.flush()  # a block-buffered pipe fails here, not at interpreter exit
@@ -251,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
         os.close(devnull)
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BaseExceptionGroup as group:  # trio.run raises Ctrl-C out of a nursery wrapped in a group
+        if group.split(KeyboardInterrupt)[1] is not None:
+            raise
+        return EXIT_INTERRUPTED
 
 
 def _main(argv: list[str] | None = None) -> int:

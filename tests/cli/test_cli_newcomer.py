@@ -1,0 +1,105 @@
+"""The CLI as a newcomer and a script meet it: what each command prints when there is nothing to print, a setting
+that is not set, and bad input (an out-of-range port, a negative timeout, Ctrl-C
+while the host hangs, a reader that goes away) as one line and a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.cli.test_cli_outsider import HUNG_DRIVER, _env, cli, one_line
+from tests.hostkit import REPO, HostProcess
+
+
+def test_empty_lists_say_so_to_a_person_and_stay_valid_json(host: HostProcess) -> None:
+    """``sessions``, ``search``, ``providers`` and ``models`` printed nothing at all for an empty list: a person
+    could not tell "nothing there" from a command that did nothing."""
+    for args, line in ((["sessions"], "no sessions"), (["search", "heron"], "no sessions match 'heron'"),
+                       (["providers"], "no providers"), (["models"], "no models"),
+                       (["models", "--provider", "nosuch"], "no models of provider nosuch")):
+        done = cli(host.data_dir, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        assert done.stdout == line + "\n", (args, done.stdout)
+    for args, key in ((["sessions", "--json"], "sessions"), (["search", "heron", "--json"], "results"),
+                      (["providers", "--json"], "providers"), (["models", "--json"], "models")):
+        done = cli(host.data_dir, *args)
+        assert done.returncode == 0 and json.loads(done.stdout)[key] == [], (args, done.stdout)
+    assert cli(host.data_dir, "sessions", "--ids").stdout == ""  # shell completion: no words, no sentence
+
+
+def test_a_setting_that_is_not_set_is_exit_1_and_one_line_naming_it(host: HostProcess) -> None:
+    """``settings get KEY`` of a key that is not set printed ``null`` and exited 0, as for a key set to null."""
+    for args in (["largePasteThreshold"], ["largePasteThreshold", "--json"]):  # the seed's default: read as set
+        done = cli(host.data_dir, "settings", "get", *args)
+        assert (done.returncode, done.stdout) == (0, "600\n"), done.stderr
+    budget = cli(host.data_dir, "settings", "get", "attachmentBudgetBytes")  # README: "read when missing" 200 MB
+    assert (budget.returncode, budget.stdout) == (0, f"{200 * 1024 * 1024}\n"), budget.stderr
+    known = cli(host.data_dir, "settings", "get", "defaultMode")
+    assert (known.returncode, known.stdout) == (1, "")
+    assert one_line(known.stderr) == "pi-host: NOT_SET: app setting defaultMode is not set (it has no default)"
+    typo = cli(host.data_dir, "settings", "get", "largePasteTreshold")
+    assert (typo.returncode, typo.stdout) == (1, "")
+    assert one_line(typo.stderr) == ("pi-host: NOT_SET: app setting largePasteTreshold is not set and is not one "
+                                     "pi-host knows (did you mean largePasteThreshold?)")
+    other = cli(host.data_dir, "settings", "get", "panel", "--ns", "ui")
+    assert (other.returncode, other.stdout) == (1, "")
+    assert one_line(other.stderr) == "pi-host: NOT_SET: ui setting panel is not set"
+    assert cli(host.data_dir, "settings", "set", "panel", "null", "--ns", "ui").returncode == 0
+    stored = cli(host.data_dir, "settings", "get", "panel", "--ns", "ui")  # a stored null is a value
+    assert (stored.returncode, stored.stdout, stored.stderr) == (0, "null\n", "")
+
+
+def test_out_of_range_numbers_are_usage_errors_not_a_wrapped_port_or_a_traceback(tmp_path: Path) -> None:
+    """``serve --port 70000`` listened on port 4464 (70000 - 65536), ``--port -1`` ended in a traceback, and
+    ``stop --timeout -1`` sent SIGTERM, then said the host "did not stop within -1 s"."""
+    data = tmp_path / "data"
+    for args, word in ((["serve", "--port", "70000"], "--port"), (["serve", "--port", "-1"], "--port"),
+                       (["serve", "--port", "0", "--idle-timeout", "nan"], "--idle-timeout"),
+                       (["serve", "--port", "0", "--idle-timeout", "0"], "--idle-timeout"),
+                       (["serve", "--port", "0", "--integrity-sweep", "inf"], "--integrity-sweep"),
+                       (["serve", "--port", "0", "--disk-warn-below", "-1"], "--disk-warn-below"),
+                       (["stop", "--timeout", "-1"], "--timeout"), (["stop", "--timeout", "nan"], "--timeout")):
+        done = cli(data, *args, timeout=30)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr[-1500:])
+        assert done.stderr.splitlines()[-1].startswith(f"pi-host {args[0]}: error: argument {word}"), done.stderr
+    assert not data.exists()
+
+
+DRIVER = HUNG_DRIVER.replace("1.0", "30.0").replace("sys.exit(",
+                                                    "print('main', file=sys.stderr, flush=True)\nsys.exit(")
+
+
+def test_ctrl_c_while_the_host_hangs_is_exit_130_without_a_traceback(host: HostProcess) -> None:
+    """Ctrl-C while a command waited for a hung host printed a 50-line KeyboardInterrupt traceback and exited 1."""
+    os.kill(host.proc.pid, signal.SIGSTOP)
+    try:
+        for args in (["status"], ["settings", "get"]):
+            proc = subprocess.Popen([sys.executable, "-c", DRIVER, "--data-dir", str(host.data_dir), *args],
+                                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            assert proc.stderr is not None and proc.stderr.readline() == "main\n"
+            time.sleep(1.5)  # connected, waiting for the handshake's answer
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 130 and "Traceback" not in err, (args, proc.returncode, err[-2000:])
+            assert out == "" and err == "", (args, err)
+    finally:
+        os.kill(host.proc.pid, signal.SIGCONT)
+
+
+def test_a_reader_that_goes_away_from_settings_ends_quietly(host: HostProcess) -> None:
+    """``pi-host settings get | head -1``: "the host did not answer ([Errno 32] Broken pipe)", exit 2, as if the
+    host had gone away (the broken pipe was the reader's)."""
+    for args in (["settings", "get"], ["providers", "--json"]):
+        read, write = os.pipe()
+        proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "--data-dir", str(host.data_dir), *args],
+                                cwd=REPO, stdout=write, stderr=subprocess.PIPE, text=True, env=_env())
+        os.close(write)
+        os.close(read)
+        _, err = proc.communicate(timeout=60)
+        assert (proc.returncode, err) == (141, ""), (args, err)
