@@ -194,7 +194,12 @@ def other_tool_hint(source: str, root: str) -> str | None:
 
 def nothing_found_hint(source: str, root: str, usual: str) -> str:
     """The hint when ``root`` held no session of ``source`` and no other tool's: where ``source`` keeps
-    them (``usual``, this environment's default root) when that is another folder."""
+    them (``usual``, this environment's default root) when that is another folder. A pi-host data directory
+    given for ``pi-host`` (its transcripts are in its ``sessions`` folder) is pointed there."""
+    sessions = Path(root) / "sessions"
+    if source == "pi-host" and sessions.is_dir() and any(sessions.glob("*.jsonl")):
+        return (f"hint: {root} looks like a pi-host data directory; its sessions are in {sessions}: "
+                f"try: pi-host import pi-host {shlex.quote(str(sessions))}")
     if source == "pi-host" or os.path.abspath(usual) == os.path.abspath(root):
         return f"hint: no {source} sessions in {root} yet"
     return f"hint: no {source} sessions in {root}; {source} keeps them in {usual}"

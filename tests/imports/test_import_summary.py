@@ -105,3 +105,14 @@ def test_the_import_summary_is_a_sentence_in_a_dry_run_and_in_a_real_one() -> No
     nothing = render_summary({"root": "/r", "total": 0, "counts": {}, "messages": 0, "sourceBytes": 0})
     assert nothing.splitlines()[0] == "imported nothing from /r (no sessions found); 0 messages new (0 in the " \
                                       "sessions read), 0 B read"
+
+
+def test_a_pi_host_data_directory_is_pointed_to_its_sessions_folder(tmp_path: Path) -> None:
+    """``import pi-host DATA_DIR`` (the folder a newcomer knows) found nothing and said "no pi-host sessions in
+    DATA_DIR yet", though DATA_DIR/sessions held every transcript."""
+    (tmp_path / "sessions").mkdir()
+    assert nothing_found_hint("pi-host", str(tmp_path), "/cwd") == f"hint: no pi-host sessions in {tmp_path} yet"
+    (tmp_path / "sessions" / "abc.jsonl").write_text("{}\n")
+    assert nothing_found_hint("pi-host", str(tmp_path), "/cwd") == (
+        f"hint: {tmp_path} looks like a pi-host data directory; its sessions are in {tmp_path / 'sessions'}: "
+        f"try: pi-host import pi-host {tmp_path / 'sessions'}")
