@@ -32,8 +32,15 @@ from store.errors import InvalidInput, SessionNotFound, StoreError
 from store.indexing import cursors, index
 from store.indexing.database import offline_reads, open_offline_reader, schema_version
 from store.indexing.reconcile import plan_reconcile
-from store.rules import MAX_CURSOR_CHARS, MAX_SESSION_PAGE, MAX_WINDOW, NATIVE_SESSION_ID_RE, SESSION_REF_RE
-from store.search.search import search_sessions
+from store.rules import (
+    MAX_CURSOR_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_SESSION_PAGE,
+    MAX_WINDOW,
+    NATIVE_SESSION_ID_RE,
+    SESSION_REF_RE,
+)
+from store.search.search import MAX_SESSION_LIMIT, search_sessions
 from store.transcripts import windows
 from store.transcripts.records import wire_record
 from store.transcripts.transcript import read_transcript
@@ -99,11 +106,12 @@ def _range_error(loc: str, value: int, low: int, high: int | None = None) -> dic
 
 
 def _check_params(command: str, args: argparse.Namespace) -> None:
-    """What the host's params refuse (``session.list``, ``session.get``), refused offline in the host's shape:
-    INVALID_PARAMS "invalid params: N error(s)" with one ``{loc, msg, type}`` per field, in the params' field
-    order (protocol/errors.py words a validation error so; the CLI prints each as ``  loc: msg (type)``). Out of
-    them an offline read printed an empty listing (``--limit 0``), a window of nothing, or, for a malformed
-    session id (``show ../x``), INVALID_ID where the host answers INVALID_PARAMS."""
+    """What the host's params refuse (``session.list``, ``session.get``, ``search.sessions``), refused offline in
+    the host's shape: INVALID_PARAMS "invalid params: N error(s)" with one ``{loc, msg, type}`` per field, in the
+    params' field order (protocol/errors.py words a validation error so; the CLI prints each as ``  loc: msg
+    (type)``). Out of them an offline read printed an empty listing (``--limit 0``), a window of nothing, for a
+    malformed session id (``show ../x``) INVALID_ID where the host answers INVALID_PARAMS, and for a search the
+    store's own words ("query must not be empty") where the host names the field and the rule."""
     found: list[dict[str, str] | None] = []
     if command == "sessions":
         found.append(_range_error("limit", args.limit, 1, MAX_SESSION_PAGE))
@@ -120,6 +128,13 @@ def _check_params(command: str, args: argparse.Namespace) -> None:
         if args.before is not None:
             found.append(_range_error("messageBefore", args.before, 0))
         found.append(_range_error("messageLimit", args.limit, 1, MAX_WINDOW))
+    elif command == "search":  # search.sessions: a query of 1 to MAX_QUERY_CHARS characters, limit 1 to 100
+        if not args.query:
+            found.append({"loc": "query", "msg": "String should have at least 1 character", "type": "string_too_short"})
+        elif len(args.query) > MAX_QUERY_CHARS:
+            found.append({"loc": "query", "msg": f"String should have at most {MAX_QUERY_CHARS} characters",
+                          "type": "string_too_long"})
+        found.append(_range_error("limit", args.limit, 1, MAX_SESSION_LIMIT))
     errors = [e for e in found if e is not None]
     if errors:
         raise InvalidInput(f"invalid params: {len(errors)} error(s)", data={"errors": errors})

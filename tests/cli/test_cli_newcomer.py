@@ -103,3 +103,17 @@ def test_a_reader_that_goes_away_from_settings_ends_quietly(host: HostProcess) -
         os.close(read)
         _, err = proc.communicate(timeout=60)
         assert (proc.returncode, err) == (141, ""), (args, err)
+
+
+def test_offline_search_refuses_bad_params_in_the_words_the_host_uses(host: HostProcess) -> None:
+    """With no host, ``search ""``, ``search Q --limit 0`` and a 501-character query said "query must not be
+    empty" / "limit must be an integer in 1..100" / "query is 501 characters; ...", where a running host answers
+    "invalid params: 1 error(s)" and one ``loc: msg (type)`` line: a script saw two shapes of one refusal."""
+    bad = (["search", ""], ["search", "hello", "--limit", "0"], ["search", "hello", "--limit", "101"],
+           ["search", "q" * 501])
+    online = [cli(host.data_dir, *args) for args in bad]
+    assert host.terminate() == 0
+    for args, answered in zip(bad, online, strict=True):
+        offline = cli(host.data_dir, *args)
+        assert answered.returncode == offline.returncode == 1, (args, answered.stderr, offline.stderr)
+        assert offline.stderr == answered.stderr, (args[-1][:20], offline.stderr, answered.stderr)
