@@ -319,6 +319,14 @@ def _main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     data_dir, args.root_source = DataDir.locate(args.data_dir, os.environ, dev=args.dev)
+    try:
+        if args.command not in ("completion", "types"):  # the two that use no data directory
+            str(data_dir.root).encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8, kept by the file system encoding's surrogateescape
+        shown = os.fsencode(data_dir.root).decode("utf-8", "backslashreplace")
+        print(f"pi-host: the data directory {shown} is not a UTF-8 path, which SQLite cannot open: rename it, or "
+              "pick another with --data-dir", file=sys.stderr)
+        return EXIT_NO_HOST  # serve's exit for a data directory it cannot use (runtime.cli_serve)
     return _run(parser, args.command, args, data_dir)
 
 

@@ -117,3 +117,18 @@ def test_offline_search_refuses_bad_params_in_the_words_the_host_uses(host: Host
         offline = cli(host.data_dir, *args)
         assert answered.returncode == offline.returncode == 1, (args, answered.stderr, offline.stderr)
         assert offline.stderr == answered.stderr, (args[-1][:20], offline.stderr, answered.stderr)
+
+
+def test_a_data_directory_path_that_is_not_utf8_is_one_line_before_anything_is_made(tmp_path: Path) -> None:
+    """``serve --data-dir $'\\xff'``: SQLite cannot open a path that is not UTF-8; boot took that for a corrupt
+    index ("booting again on an index rebuilt from the transcripts") and then ended in a traceback
+    (sqlite3.OperationalError: Could not decode to UTF-8 column 'file')."""
+    data = os.fsencode(tmp_path) + b"/\xffdata"
+    for args in ([b"serve", b"--port", b"0"], [b"sessions"], [b"status"]):
+        done = subprocess.run([os.fsencode(sys.executable), b"-m", b"runtime.cli", b"--data-dir", data, *args],
+                              cwd=REPO, capture_output=True, timeout=60, env=_env())
+        err = done.stderr.decode("utf-8", "backslashreplace")
+        assert done.returncode == 2 and "Traceback" not in err, (args, done.returncode, err[-1500:])
+        assert one_line(err) == (f"pi-host: the data directory {tmp_path}/\\xffdata is not a UTF-8 path, which "
+                                 "SQLite cannot open: rename it, or pick another with --data-dir"), (args, err)
+        assert not os.path.exists(data)
