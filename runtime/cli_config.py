@@ -16,13 +16,14 @@ from typing import Any
 
 import trio
 
-from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, find_host, print_rpc_error
+from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, find_host, print_error, print_rpc_error
 from runtime.client import ClientClosed, HostClient, RpcError, open_client, read_host_info
 from runtime.datadir import DataDir
 from runtime.export_cli import run_export
 from runtime.import_cli import resolve_root, run_import
 from store.attachments import BUDGET_SETTING, DEFAULT_BUDGET_BYTES, DEFAULT_GRACE_MS, GRACE_SETTING
 from store.config.settings_rules import APP_FIELDS, APP_NS, HOST_OWNED_APP_KEYS
+from store.rules import MAX_JSON_DEPTH
 
 __all__ = ["run_host_command"]
 
@@ -122,7 +123,13 @@ async def _config_command(c: HostClient, command: str, args: argparse.Namespace)
         elif args.verb == "get":
             return await _get_setting(c, args)
         elif args.verb == "set":
-            res = await c.call("settings.set", {"ns": args.ns, "key": args.key, "value": _json_arg(args.value)})
+            try:
+                value = _json_arg(args.value)
+            except RecursionError:  # nested past the parser's recursion limit: what the host says of 65 levels
+                print_error("PARSE_ERROR", f"invalid JSON: nesting deeper than {MAX_JSON_DEPTH} (VALUE; nothing "
+                            "was sent)", {})
+                return EXIT_ERROR
+            res = await c.call("settings.set", {"ns": args.ns, "key": args.key, "value": value})
             _print(res.get("value"))
         else:
             res = await c.call("settings.delete", {"ns": args.ns, "key": args.key})

@@ -132,3 +132,13 @@ def test_a_data_directory_path_that_is_not_utf8_is_one_line_before_anything_is_m
         assert one_line(err) == (f"pi-host: the data directory {tmp_path}/\\xffdata is not a UTF-8 path, which "
                                  "SQLite cannot open: rename it, or pick another with --data-dir"), (args, err)
         assert not os.path.exists(data)
+
+
+def test_a_setting_nested_too_deep_for_the_parser_is_the_hosts_parse_error(host: HostProcess) -> None:
+    """``settings set K '[[[...]]]'`` nested past Python's recursion limit ended in a RecursionError traceback
+    before anything was sent; 100 levels get the host's PARSE_ERROR, so 3000 say the same."""
+    for depth in (100, 3000):
+        done = cli(host.data_dir, "settings", "set", "--ns", "ui", "k", "[" * depth + "]" * depth)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, (depth, done.stderr[-1500:])
+        assert one_line(done.stderr).startswith("pi-host: PARSE_ERROR: invalid JSON: nesting deeper than 64"), depth
+    assert cli(host.data_dir, "settings", "get", "--ns", "ui", "k").returncode == 1  # nothing was stored
