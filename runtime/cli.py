@@ -143,6 +143,13 @@ def _byte_count(value: str) -> int:
     return count
 
 
+def _path(value: str) -> str:
+    """A path to write to: not empty (``--out "$DIR"`` with DIR unset wrote into the current folder)."""
+    if not value:
+        raise argparse.ArgumentTypeError("an empty path (an unset variable?); name a file or folder")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     data_dir_help = "data directory (default: $PI_DESKTOP_DATA_DIR, else ~/.pi-desktop, or with --dev " \
                     "~/.pi-desktop-dev)"
@@ -196,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
                          parents=[common])
     exp.add_argument("session")
     exp.add_argument("--format", choices=["md", "html", "jsonl"], default="md")
-    exp.add_argument("--out", default=None, metavar="FILE", help="a new file (default: stdout)")
+    exp.add_argument("--out", type=_path, default=None, metavar="FILE", help="a new file (default: stdout)")
     exp.add_argument("--include-thinking", action="store_true")
     exp.add_argument("--include-secrets", action="store_true")
     _config_parsers(sub, common)
@@ -247,7 +254,8 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     completion.add_argument("shell", choices=["bash", "zsh"])
     types = sub.add_parser("types", help="write the TypeScript types (protocol.ts) and the JSON Schema "
                            "(schema.json) of this pi-host's protocol into DIR, for a UI project")
-    types.add_argument("--out", required=True, metavar="DIR", help="created if missing; the two files are replaced")
+    types.add_argument("--out", type=_path, required=True, metavar="DIR",
+                       help="created if missing; the two files are replaced")
 
 
 def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -31,6 +31,10 @@ __all__ = ["run_host_command"]
 def run_host_command(command: str, args: argparse.Namespace, data_dir: DataDir) -> int:
     """One of this module's commands on the running host (exit 2 when none runs)."""
     if command == "import":
+        if args.path == "":  # an unset "$DIR": Path("") is the current folder, which nobody asked to import
+            print(f"pi-host: import {args.source}: PATH is empty (leave it out for {args.source}'s usual folder)",
+                  file=sys.stderr)
+            return EXIT_NO_HOST  # import's exit for a root that is missing or unusable (runtime.import_cli)
         args.root = resolve_root(args.source, args.path)
     if command == "export" and args.out is not None:
         args.out = os.path.abspath(args.out)

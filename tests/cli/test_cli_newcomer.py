@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.cli.test_cli_outsider import HUNG_DRIVER, _env, cli, one_line
 from tests.hostkit import REPO, HostProcess
+from tests.importers import gen
 
 
 def test_empty_lists_say_so_to_a_person_and_stay_valid_json(host: HostProcess) -> None:
@@ -56,14 +57,16 @@ def test_a_setting_that_is_not_set_is_exit_1_and_one_line_naming_it(host: HostPr
 
 def test_out_of_range_numbers_are_usage_errors_not_a_wrapped_port_or_a_traceback(tmp_path: Path) -> None:
     """``serve --port 70000`` listened on port 4464 (70000 - 65536), ``--port -1`` ended in a traceback, and
-    ``stop --timeout -1`` sent SIGTERM, then said the host "did not stop within -1 s"."""
+    ``stop --timeout -1`` sent SIGTERM, then said the host "did not stop within -1 s"; ``types --out ""`` (an
+    unset "$DIR") wrote protocol.ts and schema.json into the current folder, over any there."""
     data = tmp_path / "data"
     for args, word in ((["serve", "--port", "70000"], "--port"), (["serve", "--port", "-1"], "--port"),
                        (["serve", "--port", "0", "--idle-timeout", "nan"], "--idle-timeout"),
                        (["serve", "--port", "0", "--idle-timeout", "0"], "--idle-timeout"),
                        (["serve", "--port", "0", "--integrity-sweep", "inf"], "--integrity-sweep"),
                        (["serve", "--port", "0", "--disk-warn-below", "-1"], "--disk-warn-below"),
-                       (["stop", "--timeout", "-1"], "--timeout"), (["stop", "--timeout", "nan"], "--timeout")):
+                       (["stop", "--timeout", "-1"], "--timeout"), (["stop", "--timeout", "nan"], "--timeout"),
+                       (["types", "--out", ""], "--out"), (["export", "abc", "--out", ""], "--out")):
         done = cli(data, *args, timeout=30)
         assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr[-1500:])
         assert done.stderr.splitlines()[-1].startswith(f"pi-host {args[0]}: error: argument {word}"), done.stderr
@@ -142,3 +145,18 @@ def test_a_setting_nested_too_deep_for_the_parser_is_the_hosts_parse_error(host:
         assert done.returncode == 1 and "Traceback" not in done.stderr, (depth, done.stderr[-1500:])
         assert one_line(done.stderr).startswith("pi-host: PARSE_ERROR: invalid JSON: nesting deeper than 64"), depth
     assert cli(host.data_dir, "settings", "get", "--ns", "ui", "k").returncode == 1  # nothing was stored
+
+
+def test_an_empty_import_path_is_refused_not_read_as_the_current_folder(host: HostProcess, tmp_path: Path) -> None:
+    """``pi-host import pi "$DIR"`` with DIR unset imported whatever the current folder held (``Path("")`` is
+    ``.``): every pi session file under the working directory, and a "refused" line for every other .jsonl."""
+    folder = tmp_path / "cwd"
+    (folder / "--w--").mkdir(parents=True)
+    (folder / "--w--" / "s.jsonl").write_bytes(b"".join(gen.pi_lines([gen.User("from the cwd")])))
+    env = _env()
+    done = subprocess.run([sys.executable, "-m", "runtime.cli", "--data-dir", str(host.data_dir), "import", "pi", ""],
+                          cwd=folder, capture_output=True, text=True, timeout=60,
+                          env={**env, "PYTHONPATH": str(REPO)})
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert one_line(done.stderr) == "pi-host: import pi: PATH is empty (leave it out for pi's usual folder)"
+    assert json.loads(cli(host.data_dir, "sessions", "--json").stdout)["sessions"] == []
