@@ -30,6 +30,9 @@ class MethodSpec:
     mutating: bool
     summary: str
     errors: tuple[str, ...]
+    session_keys: frozenset[str] = frozenset()
+    """The params (both spellings) that name a session: a native pi session id in one is refused before
+    validation with ``UNSUPPORTED_FOR_NATIVE_SESSION`` (``runtime/pipeline.py``), a code the method then lists."""
 
 
 def _codes(*groups: tuple[str, ...]) -> tuple[str, ...]:
@@ -52,6 +55,17 @@ _SESSION_WRITE = _codes(
 _PAGED = ("CURSOR_EXPIRED", "INVALID_CURSOR")  # a malformed, forged or foreign cursor: INVALID_CURSOR
 
 
+def session_keys(params: type[BaseModel]) -> frozenset[str]:
+    """The keys of ``params`` that name a session (``sessionId``, ``sourceSessionId`` ...), in their wire
+    (camelCase) and Python spellings."""
+    keys: set[str] = set()
+    for name, field in params.model_fields.items():
+        wire = field.alias or name
+        if wire == "sessionId" or wire.endswith("SessionId"):
+            keys.update((wire, name))
+    return frozenset(keys)
+
+
 def _spec(
     name: str,
     params: type[BaseModel],
@@ -60,7 +74,10 @@ def _spec(
     errors: tuple[str, ...],
 ) -> MethodSpec:
     mutating = issubclass(params, MutatingParams)
-    return MethodSpec(name, params, result, mutating, summary, errors)
+    keys = session_keys(params)
+    if keys:  # a native pi session id in one is refused (README section 2, "Ids")
+        errors = _codes(errors, ("UNSUPPORTED_FOR_NATIVE_SESSION",))
+    return MethodSpec(name, params, result, mutating, summary, errors, keys)
 
 
 _SPECS: tuple[MethodSpec, ...] = (
@@ -184,7 +201,8 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.Turn,
         "Record a running turn, optionally with its run environment snapshot; in a plan/goal session that a "
         "running task run is bound to it is PLAN_REQUIRES_INTERACTIVE_SESSION.",
-        _codes(_SESSION_WRITE, ("CONFLICT", "PLAN_REQUIRES_INTERACTIVE_SESSION")),
+        # NOT_FOUND: retryOf names no turn of the session (CONFLICT: one still running)
+        _codes(_SESSION_WRITE, ("CONFLICT", "PLAN_REQUIRES_INTERACTIVE_SESSION", "NOT_FOUND")),
     ),
     _spec(
         "session.endTurn",

@@ -220,19 +220,21 @@ class _Claim:
         self.done: trio.Event | None = None
 
 
-def _native_session_param(raw: Any, *, allowed: bool) -> str | None:
-    """A native pi session id in a param that names a session (``sessionId``, ``sourceSessionId``,
-    ``targetSessionId``, ``activeSessionId``, in either spelling): refused before validation, as the
-    README says of every method but those whose route reads one (``allowed``: in ``sessionId`` only)."""
-    if not isinstance(raw, Mapping):
+def _native_session_param(raw: Any, keys: frozenset[str], *, allowed: bool) -> str | None:
+    """A native pi session id in a param of the method that names a session (``keys``: ``sessionId``,
+    ``sourceSessionId``, ``targetSessionId``, ``activeSessionId``, in either spelling): refused before
+    validation, as the README says of every method but those whose route reads one (``allowed``: in
+    ``sessionId`` only). A key the method does not take is left to validation (an unknown key,
+    ``INVALID_PARAMS``), whatever its value."""
+    if not keys or not isinstance(raw, Mapping):
         return None
     for name, value in raw.items():
-        if not isinstance(name, str) or not isinstance(value, str):
+        if not isinstance(name, str) or not isinstance(value, str) or name not in keys:
             continue
         if name in ("sessionId", "session_id"):
             if not allowed and is_native_id(value):
                 return value
-        elif (name.endswith("SessionId") or name.endswith("_session_id")) and is_native_id(value):
+        elif is_native_id(value):
             return value
     return None
 
@@ -475,7 +477,7 @@ class Pipeline:
             reply(outcome.Error(PermissionDenied(f"a plugin connection may not call {method}",
                                                  data={"method": method, "pluginId": caller.plugin_id})))
             return None
-        native = _native_session_param(raw, allowed=bound.route.native is not None)
+        native = _native_session_param(raw, bound.spec.session_keys, allowed=bound.route.native is not None)
         if native is not None:
             reply(outcome.Error(unsupported_for_native(method, native)))
             return None

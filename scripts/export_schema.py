@@ -241,7 +241,7 @@ def render_reference(doc: Mapping[str, Any]) -> str:
         lines.append(f"| `{topic}` | {_type_str(ref)} |")
     lines += ["", "Examples (`params` of the notification):", ""]
     for cursor, (topic, data) in enumerate(EVENT_EXAMPLES.items(), start=1040):
-        params = dump_event(topic, data, cursor=cursor, subscription_id="sub_1",
+        params = dump_event(topic, data, cursor=cursor, subscription_id="sub-1",
                             session_id=None if topic in HOST_TOPICS else "s_4f2a")
         lines += [f"`{topic}`:", "", *_json_block(params), ""]
 
@@ -338,8 +338,10 @@ ERROR_MEANINGS: dict[str, str] = {
     "UNSUPPORTED_PROTOCOL": "`host.hello` asked for a protocol version the host does not speak.",
     "ALREADY_AUTHENTICATED": "`host.hello` sent twice on one connection.",
     "SHUTTING_DOWN": "The host is stopping; reconnect to the next instance (see `host.json`).",
-    "SCHEMA_TOO_NEW": "The database was written by a newer host.",
-    "UNSUPPORTED_SQLITE": "The SQLite library is too old (trigram tokenizer needs 3.34+).",
+    "SCHEMA_TOO_NEW": "The database was written by a newer host. Met where the database is opened, never an "
+                      "answer to a request: `pi-host serve` exits with it (status 5) before it serves.",
+    "UNSUPPORTED_SQLITE": "The SQLite library is too old (trigram tokenizer needs 3.34+). Met where the database "
+                          "is opened, never an answer to a request: `pi-host serve` exits with it (status 5).",
     "PROVIDER_UNAUTHORIZED": "The provider refused the API key (HTTP 401/403); nothing was written.",
     "PROVIDER_TIMEOUT": "The provider did not answer within timeoutMs; nothing was written. Retry later.",
     "PROVIDER_UNREACHABLE": ("No connection to the provider (refused, reset, DNS, TLS, proxy); nothing was "
@@ -668,9 +670,9 @@ EXAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "session.delete": ({"sessionId": "s_4f2a"}, {"sessionId": "s_4f2a", "deleted": True}),
     "events.subscribe": (
         {"topics": ["session.message", "turn.ended"], "sessionId": "s_4f2a", "cursor": 1041},
-        {"subscriptionId": "sub_1", "cursor": 1045},
+        {"subscriptionId": "sub-1", "cursor": 1045},
     ),
-    "events.unsubscribe": ({"subscriptionId": "sub_1"}, {"ok": True}),
+    "events.unsubscribe": ({"subscriptionId": "sub-1"}, {"ok": True}),
     "session.startTurn": (
         {
             "sessionId": "s_4f2a",

@@ -119,8 +119,9 @@ REFUSED: dict[str, dict[str, Any]] = {
     "sessions.purge": {},
     "plans.submit": {"turnId": "t", "toolCallId": "c", "kind": "plan", "markdown": "# p", "workspaceRoot": "/w"},
     "attachments.ref": {"sha256": "0" * 64},
-    "session.turnEnvironment": {"turnId": "t1"},
 }
+# (session.turnEnvironment takes no sessionId: one sent is an unknown key, INVALID_PARAMS, whatever its value —
+# tests/protocol/test_error_listing.py)
 
 
 def test_the_native_handlers_are_exactly_the_supported_reads_and_fork() -> None:
