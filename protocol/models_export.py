@@ -45,6 +45,17 @@ class SessionExportResult(Result):
     unreadable_lines: Count | None = Field(
         default=None, description="Indexed transcript lines that no longer parse (damaged on disk), left out of the "
                                   "export; `pi-host doctor` names them. Absent when there are none.")
+    blobs: Count | None = Field(
+        default=None, description="JSONL: blobs whose bytes the export carries (`blob` lines). Absent when zero.")
+    blobs_evicted: Count | None = Field(
+        default=None, description="JSONL: blobs referred to that this host no longer holds (evicted, lost, or "
+        "bytes no longer hashing to their name), carried as `{\"type\": \"blob\", \"sha256\", \"evicted\": true}`. "
+        "Absent when zero.")
+    review_snapshots: Count | None = Field(
+        default=None, description="JSONL: review-change snapshots carried (`review_snapshot` lines). Absent when zero.")
+    review_unreadable: Count | None = Field(
+        default=None, description="JSONL: review snapshots left out because their bytes no longer match their hash. "
+        "Absent when zero.")
 
 
 __all__ = ["SessionExportParams", "SessionExportResult"]

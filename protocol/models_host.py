@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
@@ -124,6 +124,42 @@ class BootReport(Result):
         default=None,
         description="Older quarantined copies of a corrupt index deleted at this boot: `quarantine/` keeps the "
         "newest 3 (each is as large as the index), never one whose salvage is still owed.",
+    )
+    salvage: dict[str, Any] | None = Field(
+        default=None,
+        description="Only after an index quarantined as corrupt: the salvage's details (`copied`, `skipped` by "
+        "reason, `errors`, `notSalvaged` with its reason, or `failed`).",
+    )
+    wal_fold: dict[str, Any] | None = Field(
+        default=None,
+        description="The boot's fold of the index's write-ahead log into the database: `walBytes`, `growth`, "
+        "`free` and `folded` (a start without room for `growth` fails STORAGE_FULL, exit status 5).",
+    )
+    merges_deferred: bool | None = Field(
+        default=None,
+        description="True while the search index's merges are deferred for want of disk room (each commit adds "
+        "its own segment; idle merges fold them in bounded steps) until a start finds room.",
+    )
+    inflight: dict[str, Any] | None = Field(
+        default=None,
+        description="The in-flight checkpoint sweep: `promoted` (count) and `promotedIds`, `removed`, "
+        "`quarantined`, `errors`; a streaming row settled without a checkpoint is listed with "
+        "`from: \"reservation\"`.",
+    )
+    retention: dict[str, Any] | None = Field(
+        default=None,
+        description="Rows pruned at this boot: `auditPruned` (audit rows older than --audit-retention-days, 90 "
+        "by default), `taskRunsPruned` (beyond the newest 100 per task), `notificationsPruned` (beyond the newest "
+        "200).",
+    )
+    scratch_swept: Count | None = Field(
+        default=None,
+        description="Folders of sessions that no longer exist removed from `review-changes/` and `scratch/`.",
+    )
+    scratch_not_swept: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="Present when not empty: each entry the sweep left, `{path, reason}` (not a folder, or one "
+        "that failed to go); boot goes on either way.",
     )
 
 

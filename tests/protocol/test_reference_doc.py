@@ -81,3 +81,21 @@ def test_readme_points_to_the_pid_where_it_is() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "status --json` shows its" not in readme
     assert "its pid is in\n`/tmp/pi-tour/host.json`" in readme
+
+
+def test_every_boot_key_the_guide_names_is_in_the_boot_report_reference() -> None:
+    """Finding: the guide sends readers to ``host.status`` → ``boot.walFold``, ``boot.mergesDeferred``,
+    ``boot.inflight``, ``boot.retention``, ``boot.salvage``, ``boot.scratchSwept`` and ``boot.scratchNotSwept``,
+    which the host sends, but the BootReport reference listed none of them (only "more keys may appear");
+    likewise the JSONL export's ``blobs`` / ``blobsEvicted`` / ``reviewSnapshots`` / ``reviewUnreadable``
+    counts were named in section 9 and missing from SessionExportResult."""
+    from protocol.models_export import SessionExportResult
+    from protocol.models_host import BootReport
+
+    def wire(model: Any) -> set[str]:
+        return {f.alias or name for name, f in model.model_fields.items()}
+
+    named = set(re.findall(r"`boot\.([A-Za-z]+)", GUIDE)) | set(
+        re.findall(r"`boot\.([A-Za-z]+)", (ROOT / "README.md").read_text(encoding="utf-8")))
+    assert named and named - wire(BootReport) == set()
+    assert {"blobs", "blobsEvicted", "reviewSnapshots", "reviewUnreadable"} <= wire(SessionExportResult)

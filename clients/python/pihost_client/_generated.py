@@ -361,6 +361,13 @@ class BootReport(TypedDict):
     salvaged: NotRequired[dict[str, int] | None]
     salvageSkipped: NotRequired[dict[str, int] | None]
     quarantinePruned: NotRequired[int | None]
+    salvage: NotRequired[JsonObject | None]
+    walFold: NotRequired[JsonObject | None]
+    mergesDeferred: NotRequired[bool | None]
+    inflight: NotRequired[JsonObject | None]
+    retention: NotRequired[JsonObject | None]
+    scratchSwept: NotRequired[int | None]
+    scratchNotSwept: NotRequired[list[JsonObject] | None]
 
 
 class BundleInfo(TypedDict):
@@ -2049,6 +2056,10 @@ class SessionExportResult(TypedDict):
     redactions: int
     thinkingOmitted: int
     unreadableLines: NotRequired[int | None]
+    blobs: NotRequired[int | None]
+    blobsEvicted: NotRequired[int | None]
+    reviewSnapshots: NotRequired[int | None]
+    reviewUnreadable: NotRequired[int | None]
 
 
 class SessionGetParams(TypedDict):

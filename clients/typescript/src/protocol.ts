@@ -482,6 +482,20 @@ export interface BootReport {
   salvageSkipped?: { [key: string]: number } | null;
   /** Older quarantined copies of a corrupt index deleted at this boot: `quarantine/` keeps the newest 3 (each is as large as the index), never one whose salvage is still owed. */
   quarantinePruned?: number | null;
+  /** Only after an index quarantined as corrupt: the salvage's details (`copied`, `skipped` by reason, `errors`, `notSalvaged` with its reason, or `failed`). */
+  salvage?: JsonObject | null;
+  /** The boot's fold of the index's write-ahead log into the database: `walBytes`, `growth`, `free` and `folded` (a start without room for `growth` fails STORAGE_FULL, exit status 5). */
+  walFold?: JsonObject | null;
+  /** True while the search index's merges are deferred for want of disk room (each commit adds its own segment; idle merges fold them in bounded steps) until a start finds room. */
+  mergesDeferred?: boolean | null;
+  /** The in-flight checkpoint sweep: `promoted` (count) and `promotedIds`, `removed`, `quarantined`, `errors`; a streaming row settled without a checkpoint is listed with `from: "reservation"`. */
+  inflight?: JsonObject | null;
+  /** Rows pruned at this boot: `auditPruned` (audit rows older than --audit-retention-days, 90 by default), `taskRunsPruned` (beyond the newest 100 per task), `notificationsPruned` (beyond the newest 200). */
+  retention?: JsonObject | null;
+  /** Folders of sessions that no longer exist removed from `review-changes/` and `scratch/`. */
+  scratchSwept?: number | null;
+  /** Present when not empty: each entry the sweep left, `{path, reason}` (not a folder, or one that failed to go); boot goes on either way. */
+  scratchNotSwept?: JsonObject[] | null;
 }
 
 export interface BundleInfo {
@@ -2648,6 +2662,14 @@ export interface SessionExportResult {
   thinkingOmitted: number;
   /** Indexed transcript lines that no longer parse (damaged on disk), left out of the export; `pi-host doctor` names them. Absent when there are none. */
   unreadableLines?: number | null;
+  /** JSONL: blobs whose bytes the export carries (`blob` lines). Absent when zero. */
+  blobs?: number | null;
+  /** JSONL: blobs referred to that this host no longer holds (evicted, lost, or bytes no longer hashing to their name), carried as `{"type": "blob", "sha256", "evicted": true}`. Absent when zero. */
+  blobsEvicted?: number | null;
+  /** JSONL: review-change snapshots carried (`review_snapshot` lines). Absent when zero. */
+  reviewSnapshots?: number | null;
+  /** JSONL: review snapshots left out because their bytes no longer match their hash. Absent when zero. */
+  reviewUnreadable?: number | null;
 }
 
 /** A bounded window of the transcript (seed 003 §5). ``sessionId`` may be a native pi session (`native-pi:...`): the window is then read from an immutable snapshot of its file, on its current branch. At most one anchor: `messageBefore` (backward paging, exclusive end), `messageAround` (centre on a message id) or `messageEnd` (forward paging: the window starts at a previous response's `messageEnd`). Without an anchor the newest window is returned. Positions are 0-based physical message positions in the transcript file. */
