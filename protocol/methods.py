@@ -48,7 +48,11 @@ _ACTOR = ("BUSY", "TIMEOUT", "ACTOR_RESTARTED", "SHUTTING_DOWN", "RESOURCE_EXHAU
 _DB_READ = _codes(_ANY, _ACTOR, ("CORRUPT_DATA",))
 _DB_WRITE = _codes(_DB_READ, ("IDEMPOTENCY_CONFLICT", "STORAGE_FULL", "IO_ERROR"))
 # A native pi session id (`native-pi:...`) is refused by every session method that does not support it.
-_SESSION_READ = _codes(_DB_READ, ("INVALID_ID", "SESSION_NOT_FOUND", "IO_ERROR", "UNSUPPORTED_FOR_NATIVE_SESSION"))
+_SESSION_READ = _codes(_DB_READ, ("INVALID_ID", "SESSION_NOT_FOUND", "IO_ERROR", "UNSUPPORTED_FOR_NATIVE_SESSION",
+                                   "STORAGE_FULL"))
+# A read that waits for the index to cover every acknowledged append (README section 4): while the disk is full
+# (or failing) the wait ends with that error instead of lasting as long (actors/index_log.wait_covered).
+_INDEXED = ("STORAGE_FULL", "IO_ERROR")
 _SESSION_WRITE = _codes(
     _SESSION_READ, ("IDEMPOTENCY_CONFLICT", "STORAGE_FULL", "PAYLOAD_TOO_LARGE")
 )
@@ -132,7 +136,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         "session appears on two pages, and one updated while you page moves ahead of your cursor (to the "
         "first page; the `session.message` event of a new message says so, a `session.updated` event any other "
         "change), so a UI that pages keeps its list with those events.",
-        _codes(_DB_READ, _PAGED),
+        _codes(_DB_READ, _PAGED, _INDEXED),
     ),
     _spec(
         "session.get",
@@ -323,14 +327,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.ArtifactsListParams,
         m.ArtifactsListResult,
         "Files sessions produced, newest first.",
-        _codes(_DB_READ, _PAGED, ("INVALID_ID",)),
+        _codes(_DB_READ, _PAGED, ("INVALID_ID",), _INDEXED),
     ),
     _spec(
         "audit.list",
         m.AuditListParams,
         m.AuditListResult,
         "The audit log (tool_execute, tool_denied, …), newest first; by session, kind and time range.",
-        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR", "INVALID_ID")),
+        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR", "INVALID_ID"), _INDEXED),
     ),
     # -- revisions and rewrites --------------------------------------------
     _spec(
@@ -429,14 +433,14 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.SearchSessionsParams,
         m.SearchSessionsResult,
         "Find sessions by title, project path and message text.",
-        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR",)),
+        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR",), _INDEXED),
     ),
     _spec(
         "search.query",
         m.SearchQueryParams,
         m.SearchQueryResult,
         "Find messages (optionally within one session).",
-        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR", "INVALID_ID", "SESSION_NOT_FOUND")),
+        _codes(_DB_READ, _PAGED, ("INVALID_CURSOR", "INVALID_ID", "SESSION_NOT_FOUND"), _INDEXED),
     ),
     # -- secrets (seed 003 §4.12) ------------------------------------------
     _spec(
@@ -599,7 +603,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.TasksFinishRunParams,
         m.TaskRun,
         "Settle a running run (completed/aborted/error).",
-        _codes(_DB_WRITE, ("NOT_FOUND", "CONFLICT")),
+        _codes(_DB_WRITE, ("NOT_FOUND", "CONFLICT"), ("SESSION_NOT_FOUND",)),
     ),
     # -- plan / goal approvals (seed 003 §4.6a) ------------------------------
     _spec(
@@ -1105,7 +1109,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.PluginListSessionsParams,
         m.PluginListSessionsResult,
         "The calling plugin's imported sessions with their origin (trashed ones only when asked).",
-        _codes(_DB_READ, ("PERMISSION_DENIED",)),
+        _codes(_DB_READ, ("PERMISSION_DENIED",), _INDEXED),
     ),
     _spec(
         "sessions.trash",
@@ -1134,7 +1138,7 @@ _SPECS: tuple[MethodSpec, ...] = (
         m.ListTrashedParams,
         m.ListTrashedResult,
         "Sessions in the trash, most recently trashed first (a plugin sees only its own).",
-        _DB_READ,
+        _codes(_DB_READ, _INDEXED),
     ),
     _spec(
         "session.export",

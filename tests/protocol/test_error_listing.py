@@ -128,3 +128,30 @@ def test_every_method_and_topic_the_guide_names_exists() -> None:
     unknown = sorted(n for n in named if n.split(".", 1)[0] in areas and n not in METHODS and n not in EVENTS
                      and n not in NOT_WIRE_NAMES)
     assert unknown == []
+
+
+def test_reads_behind_the_index_barrier_list_what_a_full_disk_answers() -> None:
+    """Finding: a read that must see every acknowledged append waits for the index (§4 "When an append is
+    acknowledged"); while the disk is full that wait ends with ``STORAGE_FULL`` (or ``IO_ERROR``), as the
+    full-disk tests met on ``session.list`` — a code ``session.list``, ``search.*``, ``audit.list``,
+    ``artifacts.list``, ``sessions.listTrashed`` and ``plugins.listSessions`` did not list. The session
+    reads wait for their session's own appends the same way."""
+    from runtime.routes import ROUTES, Via
+
+    behind = sorted({name for name, route in ROUTES.items() if route.barrier} | {"session.list"}
+                    | {name for name, route in ROUTES.items() if route.via is Via.SESSION})
+    missing = [(name, code) for name in behind for code in ("STORAGE_FULL", "IO_ERROR")
+               if code not in METHODS[name].errors]
+    assert missing == []
+
+
+async def test_finish_run_of_an_unknown_session_is_a_listed_code(host: HostProcess) -> None:
+    """Finding: ``tasks.finishRun {sessionId}`` naming no session is ``SESSION_NOT_FOUND`` (as
+    ``tasks.startRun`` lists), a code its Errors line did not list."""
+    with trio.fail_after(60):
+        async with open_client(host.url, host.token, client_id="finish-run", client_kind="agent") as c:
+            await c.call("tasks.create", {"taskId": "t-finish", "title": "T", "prompt": "p", "cadence": "manual"})
+            run = await c.call("tasks.startRun", {"taskId": "t-finish"})  # the run itself
+            code, _ = await _code(c, "tasks.finishRun", {"runId": run["id"], "status": "completed",
+                                                        "sessionId": "s_nope"})
+            assert code == "SESSION_NOT_FOUND" and code in METHODS["tasks.finishRun"].errors
