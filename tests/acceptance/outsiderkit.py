@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -72,10 +72,11 @@ def data_dir(tmp_path: Path) -> Path:
 
 @asynccontextmanager
 async def real_host(data_dir: Path, kind: str = "ui", client_id: str = "outsider",
-                    plugin_id: str | None = None) -> AsyncIterator[tuple[HostProcess, HostClient]]:
-    """A ``pi-host serve`` process on ``data_dir`` and a client of it; killed (SIGKILL) on exit, so the
-    caller's restart boots from whatever reached the disk."""
-    proc = start_host_process(data_dir)
+                    plugin_id: str | None = None, serve_args: Sequence[str] = ()
+                    ) -> AsyncIterator[tuple[HostProcess, HostClient]]:
+    """A ``pi-host serve`` process on ``data_dir`` (with ``serve_args``) and a client of it; killed (SIGKILL)
+    on exit, so the caller's restart boots from whatever reached the disk."""
+    proc = start_host_process(data_dir, *serve_args)
     try:
         async with open_client(proc.url, proc.token, client_id=client_id, client_kind=kind,
                                plugin_id=plugin_id) as c:
