@@ -85,6 +85,12 @@ class HistoryConfig:
     seed: int = 0
     clients: int = 3
     run_time: tuple[float, float] = (0.25, 0.75)
+    """Seconds (uniform in this range) a cycle's workload runs at least, its kills landing within them."""
+    min_ops: int = 0
+    """Operations the clients invoke in each cycle at least: the workload runs past ``run_time`` until they
+    did, so a run's size does not shrink with the machine's speed (a loaded machine did half as many)."""
+    cycle_cap: float = 120.0
+    """Seconds a cycle's workload may take to reach ``min_ops``; past them the run fails (RuntimeError)."""
     sigkill_rate: float = 0.35
     """Share of cycles that end with a SIGKILL of the host (the others heal in place)."""
     db_kill_rate: float = 0.45
@@ -1008,8 +1014,11 @@ class HistoryRun:
         stop = trio.Event()
         until = trio.current_time() + duration
 
+        first = len(self.history.ops)
+
         async def stopper(workers: trio.CancelScope) -> None:
             await trio.sleep_until(until)
+            await self._reach_min_ops(first, cycle, until - duration + self.cfg.cycle_cap)
             if sigkill:
                 await trio.to_thread.run_sync(host.kill9)
                 self.faults.sigkills += 1
@@ -1039,6 +1048,22 @@ class HistoryRun:
                  f"(wall {t_work - t0:.1f}s + boot {t_boot - t_work:.1f}s + check {time.monotonic() - t_boot:.1f}s) "
                  f"ops={len(self.history.ops)} {self.faults.line()}")
         return host
+
+    async def _reach_min_ops(self, first: int, cycle: int, deadline: float) -> None:
+        """Wait until the clients invoked ``min_ops`` operations since ``first`` (the history's length when
+        the cycle began); past ``deadline`` (trio time) the run fails loudly: the workload is stuck."""
+        seen, done = first, 0
+        while True:
+            ops = self.history.ops
+            done += sum(1 for op in ops[seen:] if op.type == "invoke" and op.f != RECOVERY)
+            seen = len(ops)
+            if done >= self.cfg.min_ops:
+                return
+            if trio.current_time() >= deadline:
+                raise RuntimeError(f"cycle {cycle}: the clients invoked {done} operations in "
+                                   f"{self.cfg.cycle_cap:g}s, fewer than min_ops={self.cfg.min_ops}; "
+                                   f"see {self.host_log}")
+            await trio.sleep(0.01)  # a poll of the history, not a pause of the workload
 
     def _count_kills(self) -> None:
         try:
