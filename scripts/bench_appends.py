@@ -64,7 +64,14 @@ class Wakeups(trio.abc.Instrument):
     own CPU seconds (the rest of the process CPU ran in worker threads), over the segments run
     under :meth:`counting`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, own_tasks_only: bool = False) -> None:
+        self.own_tasks_only = own_tasks_only
+        """Count only the hops (and task steps) of the task that runs the segment and its children: a
+        baseline's segment, which must not be charged with what a host in the same process (an actor's
+        late batch) starts meanwhile. Off for a host's segments: its actors' tasks do the appends' work."""
+        self._owner: trio.lowlevel.Task | None = None  # while counting with own_tasks_only
+        self.foreign_hops = 0
+        """Hops started meanwhile by other tasks, left out (``own_tasks_only``)."""
         self.steps = 0
         self.hops = 0
         self.trio_cpu = 0.0
@@ -72,7 +79,8 @@ class Wakeups(trio.abc.Instrument):
         """Worker-thread CPU seconds (``time.thread_time`` in the worker) per kind of hop: :func:`hop_kind`."""
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.steps += 1
+        if self._owner is None or _descends(task, self._owner):
+            self.steps += 1
 
     @contextmanager
     def counting(self) -> Iterator[None]:
@@ -81,8 +89,13 @@ class Wakeups(trio.abc.Instrument):
         start = trio.lowlevel.start_thread_soon
 
         hop_cpu = self.hop_cpu
+        owner = self._owner = trio.lowlevel.current_task() if self.own_tasks_only else None
 
         def counted(fn: Callable[[], Any], deliver: Callable[[Any], object], name: str | None = None) -> None:
+            if owner is not None and not _descends(trio.lowlevel.current_task(), owner):
+                self.foreign_hops += 1
+                start(fn, deliver, name)
+                return
             self.hops += 1
             kind = hop_kind(fn)
 
@@ -103,14 +116,27 @@ class Wakeups(trio.abc.Instrument):
             yield
         finally:
             self.trio_cpu += time.thread_time() - c0
+            self._owner = None
             trio.lowlevel.remove_instrument(self)
             for ns in namespaces:
                 ns["start_thread_soon"] = start
 
     def wrap(self, fn: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
-        async def run() -> Any:
+        async def counted() -> Any:
             with self.counting():
                 return await fn()
+
+        async def run() -> Any:
+            if not self.own_tasks_only:
+                return await counted()
+            got: list[Any] = []
+
+            async def own() -> None:  # a task of its own: the host's tasks descend from the caller's
+                got.append(await counted())
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(own)
+            return got[0]
         return run
 
     def per_op(self, ops: int, meter: Meter) -> dict[str, Any]:
@@ -119,7 +145,19 @@ class Wakeups(trio.abc.Instrument):
         return {"taskStepsPerAppend": rnd(self.steps / ops), "threadHopsPerAppend": rnd(self.hops / ops),
                 "trioThreadCpuMsPerAppend": rnd(self.trio_cpu / ops * 1000),
                 "workerThreadsCpuMsPerAppend": rnd((meter.cpu - self.trio_cpu) / ops * 1000),
-                "workerCpuMsPerAppendByHop": {k: rnd(v / ops * 1000) for k, v in sorted(self.hop_cpu.items())}}
+                "workerCpuMsPerAppendByHop": {k: rnd(v / ops * 1000) for k, v in sorted(self.hop_cpu.items())},
+                **({"otherTasksHops": self.foreign_hops} if self.own_tasks_only else {})}
+
+
+def _descends(task: trio.lowlevel.Task, owner: trio.lowlevel.Task) -> bool:
+    """``task`` is ``owner`` or runs in a nursery under it."""
+    t: trio.lowlevel.Task | None = task
+    while t is not None:
+        if t is owner:
+            return True
+        nursery = t.parent_nursery
+        t = nursery.parent_task if nursery is not None else None
+    return False
 
 
 HOP_KINDS = (("write_durably", "sessionWrite"), ("GroupCommit", "dbWriterCommit"))
@@ -173,12 +211,17 @@ async def _drive_appends(root: Path, one: list[dict[str, Any]], multi: dict[str,
                          ) -> tuple[dict[str, Meter], dict[str, Wakeups], tuple[dict[str, Any], dict[str, Any]]]:
     lines = encoded_lines(one)
     meters = {k: Meter() for k in ("host", "sqlite", "hostMulti", "sqliteMulti", "rawHopped")}
-    wakes = {k: Wakeups() for k in meters}
-    async with inprocess_host(root) as host:
+    wakes = {k: Wakeups(own_tasks_only=not k.startswith("host")) for k in meters}
+    # No idle search-index merges (``search_upkeep_after``): the DB writer starts one ``search_upkeep_after``
+    # seconds after its last batch, i.e. in the baselines' segments that follow a host segment whenever those
+    # take longer than that (a loaded machine), where its hop and CPU were charged to the raw loop or
+    # SQLiteSession; the host's own segments, back to back appends, never left the writer idle that long.
+    async with inprocess_host(root, search_upkeep_after=None) as host:
         settle = host.services.index_log.barrier
         warm = corpus.messages("one-warm", WARMUP)
         await _create(host, "one", warm)
         await sql.append_each("one", warm)
+        await settle()  # the warm-up's index commit (held ``index_hold``) lands here, not in a baseline's segment
         before = await _db_writer(host)
         for msgs, raw_lines in zip(chunks(one, ROUNDS), chunks(lines, ROUNDS), strict=True):
             await trio.to_thread.run_sync(raw.run, raw_lines)
@@ -192,6 +235,7 @@ async def _drive_appends(root: Path, one: list[dict[str, Any]], multi: dict[str,
             warm = corpus.messages(f"{sid}-warm", WARMUP)
             await _create(host, sid, warm)
             await sql.append_each(sid, warm)
+        await settle()
         for part in rounds_of(multi, ROUNDS):
             n = sum(len(v) for v in part.values())
             await meters["sqliteMulti"].measure(n, wakes["sqliteMulti"].wrap(partial(sql.append_concurrently, part)))
@@ -298,6 +342,10 @@ def run_appends(sizes: Sizes, work: Path) -> Section:
         "workerCpuMsPerAppendByHop splits the worker threads' CPU by what each hop ran (time.thread_time in the "
         "worker around the hop's function; its hand-back to trio not included): sessionWrite (the session "
         "actor's plan + write + fdatasync), dbWriterCommit (the DB writer's transaction: the index SQL), other",
+        "the host runs without idle search-index merges (search_upkeep_after off) and its index is settled "
+        "after each warm-up, so the host is quiet in the baselines' segments; their hand-offs and hops are "
+        "those of the segment's own task and its children (otherTasksHops: hops other tasks started meanwhile, "
+        "left out)",
         "cpuMsPerAppend: process CPU time (time.process_time, all threads) over the measured segments / appends; "
         "the host's segments include the wait for the index to cover them (it commits after the replies), so "
         "index work is counted; in-process the figure includes the bench's own driver",

@@ -124,7 +124,9 @@ def test_append_figures_against_the_baselines(report: dict[str, Any]) -> None:
         by_hop = _get(figs, f"{where}.workerCpuMsPerAppendByHop")
         assert by_hop["sessionWrite"] > 0 and by_hop["dbWriterCommit"] > 0, (where, by_hop)
         assert sum(by_hop.values()) <= _get(figs, f"{where}.workerThreadsCpuMsPerAppend") * 1.02 + 0.002, where
-    assert set(_get(figs, "raw.viaWorkerThread.workerCpuMsPerAppendByHop")) == {"other"}
+    # the baselines' segments run none of the host's work (no idle index merge, no held index commit)
+    for where in ("raw.viaWorkerThread", "sqliteSession.oneSession", "sqliteSession.concurrent"):
+        assert set(_get(figs, f"{where}.workerCpuMsPerAppendByHop")) == {"other"}, where
 
 
 def test_gateway_figures_against_the_baselines(report: dict[str, Any]) -> None:
