@@ -322,7 +322,13 @@ def _main(argv: list[str] | None = None) -> int:
     if delegated is not None:
         return delegated
     parser = _parser()
-    args = parser.parse_args(raw)
+    args, extra = parser.parse_known_args(raw)
+    if args.command == "import" and args.path is None and len(extra) == 1 and not extra[0].startswith("-"):
+        # `import SOURCE --dry-run PATH`: argparse gives SOURCE's optional PATH its empty match before the
+        # option and then calls PATH unrecognized; an option between them is the same command
+        args.path, extra = extra[0], []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 2

@@ -148,3 +148,19 @@ def test_a_missing_root_an_absent_tool_and_another_tools_folder_are_one_clear_li
     assert "2 messages new (2 in the sessions read)" in right.stdout
     again = cli(host.data_dir, "import", "codex", sessions)
     assert "1 unchanged" in again.stdout and "0 messages new" in again.stdout
+
+
+def test_the_path_may_follow_the_options_as_well_as_precede_them(tmp_path: Path, host: HostProcess) -> None:
+    """``import claude-code --dry-run PATH`` (an option typed before the path) is the same command as
+    ``import claude-code PATH --dry-run``; argparse alone called PATH an unrecognized argument (exit 2). Two
+    paths, or an unknown option, stay usage errors."""
+    home = claude_home(tmp_path)
+    before = cli(host.data_dir, "import", "claude-code", str(home), "--dry-run", "--json")
+    after = cli(host.data_dir, "import", "claude-code", "--dry-run", "--json", str(home))
+    assert after.returncode == before.returncode == 1, after.stderr  # one file is refused
+    assert ({**json.loads(after.stdout), "importId": None} == {**json.loads(before.stdout), "importId": None})
+    assert json.loads(after.stdout)["counts"]["would-new"] == 3
+    assert not list((host.data_dir / "sessions").glob("*.jsonl"))
+    for wrong in (("--dry-run", str(home), str(home)), ("--dry-run", "--bogus", str(home))):
+        refused = cli(host.data_dir, "import", "claude-code", *wrong)
+        assert refused.returncode == 2 and "unrecognized arguments" in refused.stderr, refused.stderr
