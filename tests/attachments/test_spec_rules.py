@@ -305,3 +305,35 @@ async def test_a_block_appended_to_a_live_blob_is_a_reference_at_once_and_goes_w
             await c.call("attachments.gc", {"activeSessionId": sid})
             assert (await c.call("attachments.get", {"sha256": put["sha256"]}))["references"] == []
             assert (await c.call("attachments.get", {"sha256": put["sha256"]}))["deletionState"] == "live"
+
+
+async def test_every_blob_kind_of_seed_000_is_stored_with_its_page_or_image_metadata_across_a_restart(
+        tmp_path: Path) -> None:
+    """Seed 000 §2: attachments are "File, image, screenshot, page snapshot, and page text Blobs"; §2.3 they
+    record kind, trust, provenance, source, Run reference "and optional page or image metadata" — by
+    ``attachments.put`` and ``attachments.importFile`` alike, read back the same after a restart."""
+    kinds = {
+        "file": {}, "image": {"width": 640, "height": 480}, "screenshot": {"width": 1280, "height": 800},
+        "pageSnapshot": {"url": "https://example.org/p", "title": "P"},
+        "pageText": {"url": "https://example.org/t", "title": "T"},
+    }
+    (tmp_path / "scratch").mkdir(parents=True, exist_ok=True)
+    seen: dict[str, dict[str, Any]] = {}
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            for i, (kind, meta) in enumerate(kinds.items()):
+                fields = {"kind": kind, "trust": "untrusted", "provenance": "capture", "source": f"tool-{i}",
+                          "runId": f"turn-{i}", **({"meta": meta} if meta else {})}
+                if i % 2:  # every other one imported from a file under scratch/
+                    path = tmp_path / "scratch" / f"{kind}.bin"
+                    path.write_bytes(f"{kind} bytes".encode())
+                    got = await c.call("attachments.importFile", {"path": str(path), "mimeType": "image/png",
+                                                                  **fields})
+                else:
+                    got = await _put(c, f"{kind} bytes".encode(), **fields)
+                info = await c.call("attachments.get", {"sha256": got["sha256"]})
+                assert {k: info.get(k) for k in (*fields, "deletionState")} == {**fields, "deletionState": "live"}
+                seen[got["sha256"]] = info
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            for sha, before in seen.items():
+                assert await c.call("attachments.get", {"sha256": sha}) == before
