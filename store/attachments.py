@@ -58,6 +58,10 @@ are in the answer (``evicted``, ``unreferencedEvicted``). The durable steps:
 2. the bytes are unlinked (directory fsynced);
 3. one transaction turns the marked rows into tombstones (``evicted``).
 
+A blob file without a row (an interrupted put's leftover) is removed after step 1 only when the scan read
+every session file whole and nothing it found refers to it; one a session file or queued turn names is kept,
+and adopted in step 3 (a live row, its references recorded) when its bytes hash to its name (seed 003 §8).
+
 A crash after 1 leaves ``evicting`` rows that every later GC finishes first (a
 marked blob counts as gone: no new reference can be made to it), except those
 the later GC's active session references while their bytes are still there:
@@ -1255,6 +1259,8 @@ class _Marked:
     answer: dict[str, Any]
     marked: list[str]
     orphans: list[str]
+    held: list[str] = field(default_factory=list)
+    """Files without a row that a session file or queued turn refers to: not orphans (seed 003 §8), adopted."""
 
 
 def _spare(conn: sqlite3.Connection, shas: Iterable[str]) -> dict[str, int]:
@@ -1283,6 +1289,47 @@ def _without(conn: sqlite3.Connection, answer: Mapping[str, Any], spared: Mappin
     out["freedBytes"] = int(answer["freedBytes"]) - sum(spared[sha] for sha in gone)
     out["estimate"] = estimate(conn, int(answer["estimate"]["budgetBytes"])).to_wire()
     return out
+
+
+def _hashes_to(path: Path, sha: str) -> bool:
+    """Whether the file's bytes hash to ``sha`` (streamed; False if it cannot be read)."""
+    digest = hashlib.sha256()
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return digest.hexdigest() == sha
+
+
+def _adopt_held(conn: sqlite3.Connection, files: AttachmentFiles, shas: Iterable[str], now_ms: int,
+                refs: set[Ref]) -> int:
+    """Rows for rowless blob files the session files refer to (verified): live, with the metadata their
+    ``.meta`` file kept, last used now (a blob something refers to); their references recorded."""
+    adopted: set[str] = set()
+    for sha in shas:
+        try:
+            size = os.stat(files.path(sha), follow_symlinks=False).st_size
+        except OSError:
+            continue
+        kept = read_meta_file(files.meta_path(sha)) or {}
+        meta = kept.get("meta")
+        if conn.execute(
+                "INSERT OR IGNORE INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, last_used_at, "
+                "kind, trust, provenance, source, run_id, meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (sha, size, kept.get("mimeType"), now_ms, use_stamp(conn, now_ms), kept.get("kind"),
+                 kept.get("trust"), kept.get("provenance"), kept.get("source"), kept.get("runId"),
+                 orjson.dumps(meta).decode() if meta is not None else None)).rowcount:
+            adopted.add(sha)
+    if adopted:
+        sync_derived_refs(conn, {r for r in refs | queue_references(conn) if r[0] in adopted}, now_ms, full=False)
+    return len(adopted)
 
 
 def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
@@ -1324,7 +1371,11 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
             answer = _without(conn, answer, spared)
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
-        orphans = sorted(present - known_blobs(conn))
+        rowless = present - known_blobs(conn)
+        # a file without a row that a session file or queued turn names is no orphan (seed 003 §8: the sweep
+        # takes only hashes nothing references); unknown while a session's files were read incompletely
+        held = sorted(rowless & {r[0] for r in found})
+        orphans = [] if scan is not None and scan.incomplete else sorted(rowless - set(held))
         if answer is None:  # a first attempt (a retry only finishes what its first attempt marked)
             sizes = {sha: int(size) for sha, size in conn.execute(
                 "SELECT sha256, size_bytes FROM attachment_blobs WHERE deletion_state = 'live'")}
@@ -1345,7 +1396,7 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
                 answer["scanIncomplete"] = sorted(scan.incomplete)
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
-        return _Marked(answer, pending_evictions(conn), orphans)
+        return _Marked(answer, pending_evictions(conn), orphans, held)
 
     step = write(step1)
     faults.point("attachments.gc.after_mark")
@@ -1370,7 +1421,7 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
                 answer["scanIncomplete"] = sorted({*answer.get("scanIncomplete", ()), *late.incomplete})
             if receipt is not None:
                 _record_pending_gc(conn, receipt, answer, now_ms)
-            return _Marked(answer, pending_evictions(conn), step.orphans)
+            return _Marked(answer, pending_evictions(conn), step.orphans, step.held)
 
         step = write(step1b)
     for sha in [*step.marked, *step.orphans]:
@@ -1380,9 +1431,13 @@ def collect(files: AttachmentFiles, write: WriteTx, *, budget: int | None,
         if not files.exists(sha):
             remove_file_durable(files.meta_path(sha))
     result: dict[str, object] = dict(step.answer)
+    # the held files whose bytes are their name's are adopted (hashed here, outside any transaction)
+    adopt = [sha for sha in step.held if _hashes_to(files.path(sha), sha)]
 
     def step3(conn: sqlite3.Connection) -> object:
         result["finished"] = finish_eviction(conn, step.marked, now_ms)
+        if adopt and _adopt_held(conn, files, adopt, now_ms, (scan.refs if scan is not None else set())):
+            result["estimate"] = estimate(conn, budget if budget is not None else budget_bytes(conn)).to_wire()
         if receipt is not None:
             _drop_pending_gc(conn, receipt)
         return finalize(conn, result) if finalize is not None else result
