@@ -60,7 +60,8 @@ are in the answer (``evicted``, ``unreferencedEvicted``). The durable steps:
 
 A blob file without a row (an interrupted put's leftover) is removed after step 1 only when the scan read
 every session file whole and nothing it found refers to it; one a session file or queued turn names is kept,
-and adopted in step 3 (a live row, its references recorded) when its bytes hash to its name (seed 003 §8).
+and adopted in step 3 (a live row, its references recorded) when its bytes hash to its name (seed 003 §8);
+so are the bytes of an evicted blob put back by hand (revived, as a re-put revives it).
 
 A crash after 1 leaves ``evicting`` rows that every later GC finishes first (a
 marked blob counts as gone: no new reference can be made to it), except those
@@ -1310,23 +1311,27 @@ def _hashes_to(path: Path, sha: str) -> bool:
 
 def _adopt_held(conn: sqlite3.Connection, files: AttachmentFiles, shas: Iterable[str], now_ms: int,
                 refs: set[Ref]) -> int:
-    """Rows for rowless blob files the session files refer to (verified): live, with the metadata their
-    ``.meta`` file kept, last used now (a blob something refers to); their references recorded."""
+    """Rows for blob files the session files refer to that have none, or only a tombstone (their bytes came
+    back): live, as a re-put makes them (:func:`record_blob`: an evicted one's marks cleared), with the
+    metadata their ``.meta`` file kept, last used now; their references recorded. The number adopted."""
     adopted: set[str] = set()
     for sha in shas:
+        state = conn.execute("SELECT deletion_state FROM attachment_blobs WHERE sha256 = ?", (sha,)).fetchone()
+        if state is not None and state[0] != "evicted":
+            continue
         try:
             size = os.stat(files.path(sha), follow_symlinks=False).st_size
         except OSError:
             continue
         kept = read_meta_file(files.meta_path(sha)) or {}
         meta = kept.get("meta")
-        if conn.execute(
-                "INSERT OR IGNORE INTO attachment_blobs(sha256, size_bytes, mime_type, created_at, last_used_at, "
-                "kind, trust, provenance, source, run_id, meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (sha, size, kept.get("mimeType"), now_ms, use_stamp(conn, now_ms), kept.get("kind"),
-                 kept.get("trust"), kept.get("provenance"), kept.get("source"), kept.get("runId"),
-                 orjson.dumps(meta).decode() if meta is not None else None)).rowcount:
-            adopted.add(sha)
+        mime = kept.get("mimeType")
+        record_blob(conn, sha, size, mime if isinstance(mime, str) else None, now_ms, BlobMeta(
+            **{k: v for k, v in (("kind", kept.get("kind")), ("trust", kept.get("trust")),
+                                 ("provenance", kept.get("provenance")), ("source", kept.get("source")),
+                                 ("run_id", kept.get("runId"))) if isinstance(v, str)},
+            meta=meta if isinstance(meta, dict) else None))
+        adopted.add(sha)
     if adopted:
         sync_derived_refs(conn, {r for r in refs | queue_references(conn) if r[0] in adopted}, now_ms, full=False)
     return len(adopted)

@@ -8,6 +8,7 @@ transcript names it, so the message lost the bytes it still refers to. Only the 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from pathlib import Path
 
@@ -63,3 +64,32 @@ async def test_a_rowless_blob_a_transcript_refers_to_survives_the_gc_and_an_unre
             assert (await c.call("attachments.get", {"sha256": kept}))["deletionState"] == "live"
             assert (await c.call("attachments.gc", {"activeSessionId": sid}))["orphansRemoved"] == 0
             assert (blobs / kept).exists() and (blobs / wrong).exists()
+
+
+async def test_the_bytes_of_an_evicted_blob_put_back_by_hand_revive_it_rather_than_being_deleted(
+        tmp_path: Path) -> None:
+    """The bytes of an evicted blob that a transcript still names, restored under ``attachments/`` (from a
+    backup), were deleted by the next GC as an orphan; now they revive the blob as storing them again does."""
+    data = b"restored bytes"
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            active = (await c.call("session.create", {}))["id"]
+            other = (await c.call("session.create", {}))["id"]
+            sha = (await c.call("attachments.put", {"name": "pic.png", "mimeType": "image/png", "kind": "image",
+                                                    "dataBase64": base64.b64encode(data).decode()}))["sha256"]
+            await c.call("session.appendMessage", {"sessionId": other, "message": msg(
+                "m1", "see", blocks=[{"type": "text", "text": "see"}, _att(sha)])})
+            await c.call("settings.set", {"key": "attachmentBudgetBytes", "value": 1})
+            assert (await c.call("attachments.gc", {"activeSessionId": active}))["evicted"] == [sha]
+            await c.call("settings.set", {"key": "attachmentBudgetBytes", "value": 1_000_000})
+
+            (tmp_path / "attachments" / sha).write_bytes(data)  # put back by hand
+            gc = await c.call("attachments.gc", {"activeSessionId": active})
+            assert (gc["orphansRemoved"], gc["evicted"], gc["estimate"]["usedBytes"]) == (0, [], len(data))
+            assert (tmp_path / "attachments" / sha).read_bytes() == data
+            info = await c.call("attachments.get", {"sha256": sha})
+            assert (info["deletionState"], info["kind"], info["mimeType"]) == ("live", "image", "image/png")
+            assert [r["evicted"] for r in info["references"]] == [False]
+            got = await c.call("session.get", {"sessionId": other})
+            assert [b.get("evicted", False) for m in got["messages"] for b in m["blocks"]
+                    if b.get("type") == "attachment"] == [False]
