@@ -663,13 +663,23 @@ def _write_new(records: Iterator[tuple[dict[str, Any], bytes]], out: _Out, stage
     out.write(header)
     staged.body_start = len(header)
     count = messages = 0
+    seen: set[tuple[Any, Any]] = set()  # (type, id) of every record written: a later line of one replaces it
+    last: tuple[Any, Any] | None = None  # the last message's, in the order readers keep
     for record, line in itertools.chain(lead, (first,), records):
         out.write(line)
         if record.get("type") in (TOMBSTONE, "session_info"):  # a message's state, written with it, or the root
             continue  # the lines after it stand under (records.Root): not a record of its own
+        key = (record.get("type"), record.get("id"))
+        if key in seen:  # a record given more after it left the parser (a reply's usage): the same record, at
+            staged.report.replaced_records += 1  # its first line's place (readers keep the last line's content)
+            if key == last:
+                staged.history_model = named_model(record) or staged.history_model
+            continue
+        seen.add(key)
         count += 1
         if record.get("type") == "message":
             messages += 1
+            last = key
             # the model the written messages name last: apply_index finds the same one reading them back
             staged.history_model = named_model(record) or staged.history_model
     staged.report.new_records = count

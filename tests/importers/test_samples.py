@@ -45,6 +45,7 @@ class Expect:
     dangling: int = 0
     roots: int = 1
     skipped_blocks: dict[str, int] = field(default_factory=dict)
+    replaced: int = 0
 
 
 # How each figure follows from the sample (README "What each exercises"):
@@ -98,7 +99,7 @@ EXPECTED: dict[str, Expect] = {
     "codex/agent-sessions_CURATED_schema_coverage_compacted.jsonl":
         # system: an injected context item, 3 review results, an error, an aborted turn (import rules 19)
         Expect({"user": 1, "assistant": 4, "tool": 7, "system": 6}, tool_calls=6, results=5, unpaired=1, orphans=1,
-               thinking=2, compactions=6, roots=0, skipped_blocks={"input_image(not inline)": 2}),
+               thinking=2, compactions=6, roots=0, skipped_blocks={"input_image(not inline)": 2}, replaced=1),
     "codex/codemie_exec-0.77.0_shell_reasoning_ghost_snapshot.jsonl":
         Expect({"system": 2, "user": 1, "assistant": 3, "tool": 3}, tool_calls=3, results=3, thinking=3, roots=0),
     # abandoned mid tool call: the last function_call never gets its output
@@ -159,6 +160,10 @@ def test_sample_imports_with_its_report(name: str, untouched_samples: Path, db: 
         expect.tool_calls, expect.results, expect.unpaired, expect.orphans)
     assert rep.thinking_blocks == expect.thinking
     assert rep.compactions == expect.compactions
+    # what this first import wrote is what the session holds: a record written again under its id (a reply
+    # given its usage after it left the parser) is one message, not a new one more
+    assert (rep.new_messages, rep.new_records, rep.replaced_records) == (
+        sum(expect.roles.values()), sum(expect.roles.values()) + expect.compactions, expect.replaced)
     assert rep.attributed == expect.attributed
     assert dict(rep.skipped_blocks) == expect.skipped_blocks
     first = rep.files[0]
