@@ -139,7 +139,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 21
+IMPORT_RULES = 22
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -202,7 +202,9 @@ they differ from the line before, are the meta of the message the line becomes; 
 counted as skipped. 20 = Claude Code: a ``toolUseResult`` past 256 KiB is kept whole as well, a JSON blob that the tool
 record's ``meta.toolUseResultBlob`` references (the cut ``meta.toolUseResult`` its preview); the rest was dropped.
 21 = Claude Code: a ``permission-mode`` line's mode is the ``meta.permissionMode`` of the next user line's message
-when that line names no mode of its own; it was counted as skipped."""
+when that line names no mode of its own; it was counted as skipped. 22 = Claude Code: a ``stop_hook_summary`` saying a
+Stop hook failed (``hookErrors``) or stopped the agent (``preventedContinuation``) is a ``system`` notice
+(``system/stop_hook_summary``); it was counted as skipped."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

@@ -42,3 +42,38 @@ def test_api_errors_are_system_notices(untouched_samples: Path, db: sqlite3.Conn
     with out.open("wb") as fh:
         export_session(db, target.transcript(rep.session_id), rep.session_id, fh, ExportOptions(format="md"))
     assert "API error: authentication_error: [trimmed for fixture]" in out.read_text()
+
+
+FASTHOOKS = "claude-code/fasthooks_v2.0.76_compaction_thinking_errors.jsonl"
+
+
+def test_stop_hook_errors_and_a_stop_they_prevented_are_system_notices(
+        untouched_samples: Path, db: sqlite3.Connection, target: ImportTarget, tmp_path: Path) -> None:
+    """A Stop hook that failed or stopped the agent: Claude Code prints ``Stop hook error: <error>`` (the
+    ``stop_hook_summary`` line's ``hookErrors``) and a hook's ``stopReason`` when it prevented continuation
+    (``preventedContinuation``). The genuine 2.0.76 sample's five summaries are clean (``hookErrors: []``); two of
+    them are given an outcome here, in the shape Claude Code writes. Reproduces: every ``stop_hook_summary`` was
+    counted as skipped, so the session never said that a hook had failed or stopped the agent."""
+    lines = (untouched_samples / FASTHOOKS).read_bytes().splitlines()
+    raw = [orjson.loads(line) for line in lines]
+    summaries = [i for i, r in enumerate(raw) if r.get("subtype") == "stop_hook_summary"]
+    assert len(summaries) == 5
+    failed, stopped = summaries[0], summaries[2]
+    raw[failed]["hookErrors"] = ["JSON validation failed", "hook timed out"]
+    raw[stopped].update(preventedContinuation=True, stopReason="the tests are failing")
+    path = tmp_path / "c45af7b1-cb7c-4e51-93db-8cbb250a877a.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in raw))
+
+    rep, messages = import_new(db, target, "claude-code", path)
+    assert rep.files[0].skipped["system/stop_hook_summary"] == 3  # the clean ones
+    notices = [m for m in messages if (m.get("meta") or {}).get("importedKind") == "system/stop_hook_summary"]
+    assert [(m["id"].split(":", 1)[1], m["role"], [b["text"] for b in m["blocks"]]) for m in notices] == [
+        (raw[failed]["uuid"], "system", ["Stop hook error: JSON validation failed\nStop hook error: hook timed out"]),
+        (raw[stopped]["uuid"], "system", ["Stop hook prevented continuation: the tests are failing"]),
+    ]
+    assert [m["createdAt"] for m in notices] == [raw[failed]["timestamp"], raw[stopped]["timestamp"]]
+    # each in its turn: after the reply the hook ran on, before the next prompt
+    for notice in notices:
+        at = messages.index(notice)
+        assert (messages[at - 1]["role"], messages[at + 1]["role"]) == ("assistant", "user")
+    assert dict(rep.messages)["system"] == 1 + 2  # the isMeta caveat and the two notices

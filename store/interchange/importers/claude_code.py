@@ -47,7 +47,10 @@ One JSON object per line. What becomes what:
   ``system`` lines with a text ``content`` become ``system`` notices, and so do
   those holding an ``error`` (``api_error``: a failed request, a retry under way;
   ``error``): the error's text as Claude Code formats it, its structure as
-  ``meta.error``; the rest are counted as skipped.
+  ``meta.error``; so does a ``stop_hook_summary`` saying a Stop hook failed
+  (``hookErrors``: ``Stop hook error: <error>``, as Claude Code prints it) or
+  stopped the agent (``preventedContinuation``, its ``stopReason``); the rest
+  (a clean hook summary, ``turn_duration``, ...) are counted as skipped.
 * Subagent rows are attributed (seed 003 §4.7a): lines of a
   ``subagents/agent-<id>.jsonl`` file and ``progress``/``agent_progress``
   lines (the subagent's messages embedded in the parent, with
@@ -183,6 +186,8 @@ DENIED_PREFIX = "The user doesn't want to proceed"
 _COMMAND = re.compile(
     r"<command-name>\s*([^<]{1,80}?)\s*</command-name>(?:.*?<command-args>([^<]{0,80})</command-args>)?", re.S)
 MAX_TASKS = 100_000
+MAX_HOOK_ERRORS = 100
+"""Errors of one ``stop_hook_summary`` line made into its notice (one per hook that ran; a line lists a few)."""
 
 
 def discover(root: Path) -> Iterator[SourceUnit]:
@@ -1559,6 +1564,10 @@ class _FileConverter:
         elif isinstance(rec.get("error"), Mapping):
             self.release_compaction()
             self.api_error(rec, subtype, offset, duplicate, ts)
+        elif subtype == "stop_hook_summary" and (text := _stop_hook_outcome(rec)):
+            self.release_compaction()
+            self.emitter.push(message_record(self.msg_id(rec.get("uuid"), offset, duplicate), "system", ts,
+                                             [text_block(text)], meta={"importedKind": "system/stop_hook_summary"}))
         else:
             self.file.skipped[f"system/{subtype}"] += 1
 
@@ -1993,6 +2002,20 @@ def _queued_prompt(rec: Mapping[str, Any]) -> str | list[Any] | None:
         return None
     prompt = attachment.get("prompt")
     return prompt if isinstance(prompt, (str, list)) and prompt else None
+
+
+def _stop_hook_outcome(rec: Mapping[str, Any]) -> str | None:
+    """What Claude Code printed for a ``stop_hook_summary`` line: ``Stop hook error: <error>`` per entry of
+    ``hookErrors``, and the ``stopReason`` of a hook that prevented continuation; None for a clean run (the usual
+    line: ``hookErrors: []``, only the commands that ran), which is bookkeeping."""
+    errors = rec.get("hookErrors")
+    out = [f"Stop hook error: {e}" for e in (errors if isinstance(errors, list) else [])
+           if isinstance(e, str) and e.strip()][:MAX_HOOK_ERRORS]
+    if rec.get("preventedContinuation") is True:
+        reason = rec.get("stopReason")
+        out.append("Stop hook prevented continuation" + (f": {reason}" if isinstance(reason, str) and reason.strip()
+                                                         else ""))
+    return "\n".join(out) or None
 
 
 def _mode(value: object) -> str | None:
