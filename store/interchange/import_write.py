@@ -139,7 +139,7 @@ __all__ = [
     "valid_answer",
 ]
 
-IMPORT_RULES = 22
+IMPORT_RULES = 23
 """Version of what an import makes of a source (kept in the origin row as ``importRules``). A session
 imported under older rules is parsed again even when its files are unchanged: 2 = a branch-following
 source's visibility converges on its current branch (issue 23); an older import may have hidden
@@ -204,7 +204,9 @@ record's ``meta.toolUseResultBlob`` references (the cut ``meta.toolUseResult`` i
 21 = Claude Code: a ``permission-mode`` line's mode is the ``meta.permissionMode`` of the next user line's message
 when that line names no mode of its own; it was counted as skipped. 22 = Claude Code: a ``stop_hook_summary`` saying a
 Stop hook failed (``hookErrors``) or stopped the agent (``preventedContinuation``) is a ``system`` notice
-(``system/stop_hook_summary``); it was counted as skipped."""
+(``system/stop_hook_summary``); it was counted as skipped. 23 = Claude Code: an ``attachment`` line of a hook that
+failed (``hook_non_blocking_error``, ``hook_blocking_error``) is a ``system`` notice (``attachment/<type>``); it was
+counted as skipped."""
 
 HOST_IMPORTER = ""
 """``session_import_origins.plugin_id`` of the host's own importers (no plugin id is empty)."""

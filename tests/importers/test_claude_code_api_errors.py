@@ -77,3 +77,26 @@ def test_stop_hook_errors_and_a_stop_they_prevented_are_system_notices(
         at = messages.index(notice)
         assert (messages[at - 1]["role"], messages[at + 1]["role"]) == ("assistant", "user")
     assert dict(rep.messages)["system"] == 1 + 2  # the isMeta caveat and the two notices
+
+
+def test_hook_errors_claude_code_showed_are_system_notices(
+        untouched_samples: Path, db: sqlite3.Connection, target: ImportTarget) -> None:
+    """A hook that failed on a tool call or a prompt: Claude Code 2.1 writes an ``attachment`` line
+    (``hook_non_blocking_error``: the hook's ``stderr``/``exitCode``; ``hook_blocking_error``: the reason it
+    blocked with) and shows ``<hookName> hook error: <stderr>`` (``Exit code N`` when it wrote none) /
+    ``<hookName> hook blocking error: <reason>``. The CURATED sample has one of each (lines 75, 79).
+    Reproduces: they were counted among the skipped attachments, so the session never said a hook had failed."""
+    path = untouched_samples / CURATED
+    raw = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    rep, messages = import_new(db, target, "claude-code", path)
+    assert rep.files[0].skipped["attachment"] == 37 - 2
+    notices = [m for m in messages if str((m.get("meta") or {}).get("importedKind")).startswith("attachment/")]
+    assert [(m["role"], m["meta"]["importedKind"], m["blocks"][0]["text"]) for m in notices] == [
+        ("system", "attachment/hook_non_blocking_error", "[trimmed for fixture] hook error: [trimmed for fixture]"),
+        ("system", "attachment/hook_blocking_error",
+         "[trimmed for fixture] hook blocking error: [trimmed for fixture]"),
+    ]
+    assert [r["attachment"]["type"] for r in raw if r.get("type") == "attachment"
+            and r["attachment"]["type"] in ("hook_non_blocking_error", "hook_blocking_error")] == [
+        "hook_non_blocking_error", "hook_blocking_error"]
+    assert dict(rep.messages)["system"] == 7 + 2

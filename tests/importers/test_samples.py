@@ -59,8 +59,9 @@ EXPECTED: dict[str, Expect] = {
     # an unknown "fallback" block and an image whose data is not base64 (both reported as skipped blocks);
     # line 39 is a prompt typed while the agent worked (a queued_command attachment): a user message.
     "claude-code/agent-sessions_CURATED_schema_coverage.jsonl":
-        # system: 2 notices with text, 4 api_error lines and a system/error (import rules 19)
-        Expect({"user": 7, "assistant": 8, "tool": 5, "system": 7}, tool_calls=3, results=1, unpaired=1, orphans=2,
+        # system: 2 notices with text, 4 api_error lines and a system/error (import rules 19), two hook errors
+        # (hook_non_blocking_error, hook_blocking_error attachments: import rules 23)
+        Expect({"user": 7, "assistant": 8, "tool": 5, "system": 9}, tool_calls=3, results=1, unpaired=1, orphans=2,
                thinking=6, compactions=2, attributed=7, roots=6,
                skipped_blocks={"assistant/fallback": 1, "image(bad base64)": 1}),
     # 22 inline sidechain lines under two Task calls: 2 prompts + 3 replies + 9 tool rows.
@@ -412,7 +413,8 @@ def test_dangling_parents_and_skips_are_reported_and_the_rest_imports(untouched_
     cc = import_sample(db, target, untouched_samples / "claude-code/agent-sessions_CURATED_schema_coverage.jsonl")
     report = cc.files[0].to_dict()
     assert report["unknown"] == {}
-    assert report["skipped"]["attachment"] == 37  # the 38th is a queued prompt (line 39): a user message
+    # of 38: a queued prompt (line 39) is a user message, two hook errors (lines 75, 79) are system notices
+    assert report["skipped"]["attachment"] == 35
     for kind in ("worktree-state", "bridge-session", "pr-link", "frame-link"):
         assert kind in report["skipped"], kind
     # its permission-mode line (bypassPermissions) is a mode change; the next prompt says its own (ask): that wins

@@ -29,7 +29,10 @@ One JSON object per line. What becomes what:
   the agent worked has no ``user`` line: Claude Code writes it as an
   ``attachment`` line (``queued_command``, ``commandMode: prompt``, from a
   human) and folds it into the running turn; it becomes a ``user`` message
-  under that line's uuid. Every other attachment is counted as skipped.
+  under that line's uuid. A hook that failed (``hook_non_blocking_error``,
+  ``hook_blocking_error``) is a ``system`` notice worded as Claude Code shows
+  it (``<hookName> hook error: <stderr>``). Every other attachment is counted
+  as skipped.
 * ``permissionMode`` and ``todos`` (on every user line): where they change, ``meta.permissionMode`` /
   ``meta.todos`` of the message the line becomes; a ``permission-mode`` line's mode is such a change, taken by
   the next user line that names no mode of its own;
@@ -1390,6 +1393,11 @@ class _FileConverter:
             self.meta.offer_title(rec.get("aiTitle"), 1, replace=True)
         elif kind == "attachment" and (prompt := _queued_prompt(rec)) is not None:
             self.queued_prompt(rec, prompt, offset, length, duplicate, ts)
+        elif kind == "attachment" and (notice := _hook_error(rec)) is not None:
+            self.close_group()
+            self.release_compaction()
+            self.emitter.push(message_record(self.msg_id(rec.get("uuid"), offset, duplicate), "system", ts,
+                                             [text_block(notice[1])], meta={"importedKind": f"attachment/{notice[0]}"}))
         elif kind == "permission-mode" and _mode(rec.get("permissionMode")) is not None:
             if self.announced_mode is not None:
                 self.file.skipped["permission-mode(superseded)"] += 1
@@ -1799,7 +1807,7 @@ class _FileConverter:
             data = rec.get("data")
             return not (isinstance(data, Mapping) and data.get("type") == "agent_progress")
         if kind == "attachment":
-            return _queued_prompt(rec) is None
+            return _queued_prompt(rec) is None and _hook_error(rec) is None
         return kind in SKIPPED_TYPES
 
     def assistant_block(self, block: Mapping[str, Any], kind: object) -> dict[str, Any] | None:
@@ -2002,6 +2010,29 @@ def _queued_prompt(rec: Mapping[str, Any]) -> str | list[Any] | None:
         return None
     prompt = attachment.get("prompt")
     return prompt if isinstance(prompt, (str, list)) and prompt else None
+
+
+def _hook_error(rec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(attachment type, text)`` of an ``attachment`` line reporting a hook that failed, as Claude Code shows
+    it: ``<hookName> hook error: <stderr>`` (``Exit code N`` when it wrote none) for ``hook_non_blocking_error``,
+    ``<hookName> hook blocking error: <reason>`` for ``hook_blocking_error``; None for any other attachment."""
+    attachment = rec.get("attachment")
+    if not isinstance(attachment, Mapping):
+        return None
+    kind = attachment.get("type")
+    name = next((attachment[k] for k in ("hookName", "hookEvent") if isinstance(attachment.get(k), str)
+                 and attachment[k].strip()), "Hook")
+    if kind == "hook_non_blocking_error":
+        stderr, code = attachment.get("stderr"), attachment.get("exitCode")
+        detail = stderr.strip() if isinstance(stderr, str) and stderr.strip() else (
+            f"Exit code {code}" if isinstance(code, int) and not isinstance(code, bool) else "")
+        return kind, f"{name} hook error" + (f": {detail}" if detail else "")
+    if kind == "hook_blocking_error":
+        block = attachment.get("blockingError")
+        reason = block.get("blockingError") if isinstance(block, Mapping) else block
+        detail = reason.strip() if isinstance(reason, str) else ""
+        return kind, f"{name} hook blocking error" + (f": {detail}" if detail else "")
+    return None
 
 
 def _stop_hook_outcome(rec: Mapping[str, Any]) -> str | None:
