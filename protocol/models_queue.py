@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, StringConstraints
 
 from .blocks import check_block, refuse_inline_bytes
 from .models_common import (
@@ -50,9 +50,7 @@ class QueuePushParams(MutatingParams):
         description="Same principal + key returns the same entry; a different "
         "input fails with IDEMPOTENCY_CONFLICT.",
     )
-    content: Annotated[str, StringConstraints(max_length=MAX_TEXT_FIELD)] = Field(
-        description="The prompt's text. Blank (empty or only whitespace) only with at least one attachment: "
-        "a push with neither is INVALID_PARAMS, nothing queued.")
+    content: Annotated[str, StringConstraints(max_length=MAX_TEXT_FIELD)]
     attachments: list[QueueAttachment] | None = Field(
         default=None, max_length=MAX_ATTACHMENTS,
         description="The prompt's attachment references (seed 003 §4.6b): attachment blocks {type: "
@@ -66,14 +64,6 @@ class QueuePushParams(MutatingParams):
         "(seed 003 §4.6c); part of the idempotency check. A delivery addressed to another session, "
         "or one already admitted in this queue, is INVALID_PARAMS.",
     )
-
-    @model_validator(mode="after")
-    def _something_to_run(self) -> QueuePushParams:
-        """A queued prompt is text, attachments or both: blank text with no attachment is nothing to run
-        (as ``collab.send`` refuses an empty body), refused before anything is queued."""
-        if not self.content.strip() and not self.attachments:
-            raise ValueError("content is blank and there are no attachments: nothing to queue")
-        return self
 
 
 class QueuePushResult(Result):

@@ -2213,7 +2213,6 @@ export interface QueuePushParams {
   principal: string;
   /** Same principal + key returns the same entry; a different input fails with IDEMPOTENCY_CONFLICT. */
   idempotencyKey?: string | null;
-  /** The prompt's text. Blank (empty or only whitespace) only with at least one attachment: a push with neither is INVALID_PARAMS, nothing queued. */
   content: string;
   /** The prompt's attachment references (seed 003 §4.6b): attachment blocks {type: "attachment", kind, name, ref}, checked as in session.appendMessage (ref attachments/<sha256> or an absolute path without '..'), or the caller's own reference objects (a path in the session scratch or project root), kept as given; bytes inline, or a ref/path with a '..' component, are refused. */
   attachments?: JsonObject[] | null;
