@@ -154,8 +154,8 @@ def print_sessions(res: dict[str, Any], args: argparse.Namespace) -> None:
     else:
         for s in res["sessions"]:
             print(f"{s['id']}  {s['messageCount']:>6} msgs  {s.get('title') or '(untitled)'}")
-        if not res["sessions"]:  # a person sees that the list is empty, not a command that printed nothing
-            print("no more sessions" if getattr(args, "cursor", None) else "no sessions")
+        if not res["sessions"]:  # a person sees that the list is empty; stdout stays empty for a script
+            print("no more sessions" if getattr(args, "cursor", None) else "no sessions", file=sys.stderr)
         if res.get("nextCursor"):  # on stderr: the listing on stdout stays one session a line
             print(f"pi-host: more sessions: {_next_page_command(args, res['nextCursor'])}", file=sys.stderr)
 
@@ -225,7 +225,7 @@ def print_search(res: dict[str, Any], args: argparse.Namespace) -> None:
         _dump(res)
         return
     if not res["results"]:
-        print(f"no sessions match {args.query!r}")
+        print(f"no sessions match {args.query!r}", file=sys.stderr)
     for r in res["results"]:
         print(f"{r['sessionId']}  {r.get('messageMatches', 0)} matches  {r.get('title') or ''}")
         for snip in r.get("snippets", []):

@@ -149,7 +149,7 @@ async def _config_command(c: HostClient, command: str, args: argparse.Namespace)
             state = "" if p["enabled"] else "  disabled"
             print(f"{p['id']}  {p['name']}  {p.get('baseUrl') or '-'}  {key}{state}{owner}")
         if not listed["providers"]:
-            print("no providers")
+            print("no providers", file=sys.stderr)
     else:
         params = {"providerId": args.provider} if args.provider else {}
         catalog = await c.call("models.list", params)
@@ -160,7 +160,7 @@ async def _config_command(c: HostClient, command: str, args: argparse.Namespace)
             flags = " deprecated" if mdl["deprecated"] else ""
             print(f"{mdl['providerId']}/{mdl['modelId']}  {mdl['displayName']}  [{mdl['source']}]{flags}")
         if not catalog["models"]:
-            print(f"no models of provider {args.provider}" if args.provider else "no models")
+            print(f"no models of provider {args.provider}" if args.provider else "no models", file=sys.stderr)
     return 0
 
 

@@ -19,13 +19,14 @@ from tests.importers import gen
 
 def test_empty_lists_say_so_to_a_person_and_stay_valid_json(host: HostProcess) -> None:
     """``sessions``, ``search``, ``providers`` and ``models`` printed nothing at all for an empty list: a person
-    could not tell "nothing there" from a command that did nothing."""
+    could not tell "nothing there" from a command that did nothing. The line goes to stderr: stdout stays empty,
+    so ``pi-host search X | wc -l`` still counts matches."""
     for args, line in ((["sessions"], "no sessions"), (["search", "heron"], "no sessions match 'heron'"),
                        (["providers"], "no providers"), (["models"], "no models"),
                        (["models", "--provider", "nosuch"], "no models of provider nosuch")):
         done = cli(host.data_dir, *args)
         assert done.returncode == 0, (args, done.stderr)
-        assert done.stdout == line + "\n", (args, done.stdout)
+        assert (done.stdout, done.stderr) == ("", line + "\n"), (args, done.stdout, done.stderr)
     for args, key in ((["sessions", "--json"], "sessions"), (["search", "heron", "--json"], "results"),
                       (["providers", "--json"], "providers"), (["models", "--json"], "models")):
         done = cli(host.data_dir, *args)
