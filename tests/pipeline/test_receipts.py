@@ -46,7 +46,9 @@ async def test_receipt(tmp_path: Path, method: str) -> None:
     root = tmp_path / "data"
     key = {"submissionId": f"sub-{method}"}
     with trio.fail_after(60):
-        async with inprocess_host(root) as host, client_for(host, "setup", kind=scenario.kind) as setup:
+        # the setup runs as the client that then sends the keyed request (its own submissionIds): what it
+        # holds is its own, as a queue controller it attached, which only the attaching client may take from
+        async with inprocess_host(root) as host, client_for(host, "same", kind=scenario.kind) as setup:
             v = await scenario.setup(setup, root)
             params = {**scenario.params(v), **key}
             before = scenario.count(root, v) if scenario.count else None
