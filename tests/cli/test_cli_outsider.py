@@ -251,7 +251,7 @@ def test_json_shapes_open_print_and_a_missing_session(host: HostProcess) -> None
     hits = json.loads(cli(host.data_dir, "search", "outsider", "--json").stdout)
     assert hits["totalSessions"] == 2 and {r["sessionId"] for r in hits["results"]} == {first, second}
     none = cli(host.data_dir, "search", "zzqqxx")
-    assert none.returncode == 0 and none.stdout == "no sessions match 'zzqqxx'\n"
+    assert none.returncode == 0 and none.stdout == "" and none.stderr == "no sessions match 'zzqqxx'\n"
     window = json.loads(cli(host.data_dir, "show", first, "--json").stdout)
     assert [m["id"] for m in window["messages"]] == ["m0", "m1"]
 
@@ -393,7 +393,8 @@ def test_import_dry_run_leaves_the_index_and_the_files_alone(tmp_path: Path, hos
     assert summary["dryRun"] is True and summary["counts"]["would-new"] == 2
     assert files() == before_files
     assert cli(host.data_dir, "sessions", "--json").stdout == before_list
-    assert cli(host.data_dir, "search", "heron").stdout == "no sessions match 'heron'\n"
+    heron = cli(host.data_dir, "search", "heron")
+    assert (heron.stdout, heron.stderr) == ("", "no sessions match 'heron'\n")
     human = cli(host.data_dir, "import", "claude-code", str(project.parent), "--dry-run")
     assert human.returncode == 0 and "would import 2 new sessions from " in human.stdout, human.stdout
     done = json.loads(cli(host.data_dir, "import", "claude-code", str(project.parent), "--json").stdout)

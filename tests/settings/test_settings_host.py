@@ -122,7 +122,8 @@ def test_cli_settings_providers_and_models(tmp_path: Path) -> None:
         assert providers.stdout.strip() == "or  OpenRouter  https://openrouter.ai/api/v1  key set"
         assert "sk-cli-secret" not in providers.stdout
         assert _cli(data, "models").stdout.strip() == "or/my/model  Mine  [user]"
-        assert _cli(data, "models", "--provider", "none").stdout.strip() == "no models of provider none"
+        none = _cli(data, "models", "--provider", "none")
+        assert (none.stdout, none.stderr.strip()) == ("", "no models of provider none")
     finally:
         host.proc.terminate()
         host.proc.communicate(timeout=60)
