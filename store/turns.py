@@ -84,11 +84,16 @@ def turns_by_id(conn: sqlite3.Connection, turn_ids: list[str]) -> Readable[dict[
     return readable(rows, _turn_dict, lambda r: str(r[0]))
 
 
+def turn_not_found(session_id: str, turn_id: str | None) -> NotFound:
+    """What a turn-addressed method answers for a turn id the session does not have."""
+    return NotFound(f"turn {turn_id} not found in session {session_id}",
+                    data={"sessionId": session_id, "turnId": turn_id})
+
+
 def require_turn(conn: sqlite3.Connection, session_id: str, turn_id: str) -> dict[str, Any]:
     turn = get_turn(conn, turn_id)
     if turn is None or turn["sessionId"] != session_id:
-        raise NotFound(f"turn {turn_id} not found in session {session_id}",
-                       data={"sessionId": session_id, "turnId": turn_id})
+        raise turn_not_found(session_id, turn_id)
     return turn
 
 

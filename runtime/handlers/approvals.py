@@ -28,7 +28,7 @@ from protocol import models as m
 from runtime.context import ReadContext, WriterContext
 from store import approvals, audit, turns
 from store.approvals import Kind
-from store.errors import Conflict, NotFound
+from store.errors import Conflict
 from store.ids import new_id
 from store.indexing import index
 from store.jsonio import dumps_line
@@ -83,8 +83,7 @@ def resolved_topic(kind: Kind) -> str:
 async def _running_turn(ctx: SessionContext, turn_id: str) -> None:
     status = await ctx.read(turns.turn_status, turn_id)
     if status is None or status[2] != ctx.sid:
-        raise NotFound(f"turn {turn_id} not found in session {ctx.sid}",
-                       data={"sessionId": ctx.sid, "turnId": turn_id})
+        raise turns.turn_not_found(ctx.sid, turn_id)
     if status[0] != "running":
         raise Conflict(f"turn {turn_id} is {status[0]}: only a running turn can ask the user",
                        data={"turnId": turn_id, "status": status[0]})

@@ -31,7 +31,7 @@ from runtime.handlers import queue, turn_aftermath
 from runtime.handlers.host_lines import append_record
 from store import inflight, turns
 from store.attachments import mark_evicted_blocks
-from store.errors import Conflict, CorruptData, InvalidInput, NotFound
+from store.errors import Conflict, CorruptData, InvalidInput
 from store.indexing import appends as store_appends
 from store.indexing import index
 from store.indexing.appends import Written
@@ -154,8 +154,7 @@ async def save(ctx: SessionContext, p: m.SaveInflightParams, key: ReceiptKey | N
     turn_id = p.turn_id
     status = await ctx.read(turns.turn_status, turn_id)
     if status is None or status[2] != ctx.sid:
-        raise NotFound(f"turn {turn_id} not found in session {ctx.sid}",
-                       data={"sessionId": ctx.sid, "turnId": turn_id})
+        raise turns.turn_not_found(ctx.sid, turn_id)
     if status[0] == "aborted" and status[1] == turns.INTERRUPTED:
         raise Conflict(f"turn {turn_id} was interrupted by a host restart; its checkpoints are stale",
                        data={"turnId": turn_id, "status": status[0]})
@@ -287,7 +286,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
     paths, sid, now = ctx.paths, ctx.sid, ctx.now()
     owner = await ctx.read(turns.turn_status, p.turn_id) if p.turn_id is not None else None
     if owner is not None and owner[2] != sid:  # another session's turn: as session.endTurn answers it
-        raise _turn_not_found(sid, p.turn_id)
+        raise turns.turn_not_found(sid, p.turn_id)
     settlement = await ctx.io_with_reader(inflight.plan_settlement, sid, paths.inflight, paths.transcript)
     cp = settlement.checkpoint
     if p.turn_id is not None and cp is not None and cp.turn_id != p.turn_id:
@@ -301,7 +300,7 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
         source = "reservation"
         if settlement.action == "none" and owner is None:
             # a turn no row and no line of this session knows: nothing to recover, as endTurn says
-            raise _turn_not_found(sid, p.turn_id)
+            raise turns.turn_not_found(sid, p.turn_id)
     ended: list[dict[str, Any]] = []
     aftermath: list[turn_aftermath.Aftermath] = []
 
@@ -383,11 +382,6 @@ async def recover(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptK
             turn_aftermath.publish(ctx, aftermath[-1])
         await queue.after_turn_end(ctx)
     return result
-
-
-def _turn_not_found(sid: str, turn_id: str | None) -> NotFound:
-    """What ``session.endTurn`` answers for a turn id this session does not have (``store.turns.require_turn``)."""
-    return NotFound(f"turn {turn_id} not found in session {sid}", data={"sessionId": sid, "turnId": turn_id})
 
 
 async def recover_replayed(ctx: SessionContext, p: m.RecoverInflightParams, key: ReceiptKey | None) -> None:
