@@ -150,6 +150,7 @@ __all__ = [
     "collect",
     "Estimate",
     "estimate",
+    "file_sha256",
     "finish_eviction",
     "mark_for_eviction",
     "pending_evictions",
@@ -1292,21 +1293,24 @@ def _without(conn: sqlite3.Connection, answer: Mapping[str, Any], spared: Mappin
     return out
 
 
-def _hashes_to(path: Path, sha: str) -> bool:
-    """Whether the file's bytes hash to ``sha`` (streamed; False if it cannot be read)."""
+def file_sha256(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> str:
+    """The SHA-256 of a file's bytes, read a part at a time (``OSError`` when it cannot be read)."""
     digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY) if follow_symlinks else open_nofollow(path, os.O_RDONLY)
     try:
-        fd = open_nofollow(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        while chunk := os.read(fd, 1 << 20):
+        while chunk := os.read(fd, _CHUNK):
             digest.update(chunk)
-    except OSError:
-        return False
     finally:
         os.close(fd)
-    return digest.hexdigest() == sha
+    return digest.hexdigest()
+
+
+def _hashes_to(path: Path, sha: str) -> bool:
+    """Whether the file's bytes (not a symlink's target) hash to ``sha``; False if it cannot be read."""
+    try:
+        return file_sha256(path, follow_symlinks=False) == sha
+    except OSError:
+        return False
 
 
 def _adopt_held(conn: sqlite3.Connection, files: AttachmentFiles, shas: Iterable[str], now_ms: int,

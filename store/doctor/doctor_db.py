@@ -45,7 +45,7 @@ from pathlib import Path
 import orjson
 
 from store import receipts as command_receipts
-from store.attachments import META_SUFFIX, NO_META, AttachmentFiles, read_meta_file, row_meta
+from store.attachments import META_SUFFIX, NO_META, AttachmentFiles, file_sha256, read_meta_file, row_meta
 from store.config.secrets import KEY_FILE
 from store.config.secrets_meta_rebuild import rebuild_secrets_meta, scan_secret_files
 from store.doctor.doctor_report import DoctorReport, Progress, Severity
@@ -54,7 +54,7 @@ from store.errors import CorruptData
 from store.fsutil import remove_file_durable
 from store.indexing.corruption import is_corruption
 from store.revisions import read_revisions
-from store.upgrade.attachment_adopt import adopt_blob, blob_files, file_sha256
+from store.upgrade.attachment_adopt import adopt_blob, blob_files
 from store.upgrade.schema import hazard_sql, searchable_sql
 
 _INDEX_PROBLEM = re.compile(r"^(?:row \d+ missing from index|wrong # of entries in index|"

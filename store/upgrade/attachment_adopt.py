@@ -18,7 +18,6 @@ again; storing the bytes again revives the blob as after any eviction.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sqlite3
@@ -30,6 +29,7 @@ from store.attachments import (
     META_SUFFIX,
     NO_META,
     AttachmentFiles,
+    file_sha256,
     read_meta_file,
     row_meta,
     scan_references,
@@ -37,15 +37,6 @@ from store.attachments import (
 )
 
 _SHA_NAME = re.compile(r"^[0-9a-f]{64}$")
-_CHUNK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def blob_files(directory: Path) -> list[str]:
