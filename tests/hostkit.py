@@ -160,14 +160,15 @@ def _launch(data_dir: Path, extra: tuple[str, ...], env: dict[str, str] | None,
 
 
 def run_cli(*argv: str, env: dict[str, str] | None = None, timeout: float = 120,
-            errors: str = "strict") -> subprocess.CompletedProcess[str]:
+            errors: str = "strict", inherit: bool = True) -> subprocess.CompletedProcess[str]:
     """``pi-host <argv>`` run to its end as ``subprocess.run([python, "-m", "runtime.cli", *argv],
     capture_output=True, text=True)`` would, forked from the warm forkserver like a host (no interpreter start
     and host import per call; ``PIHOST_TEST_EXEC_HOSTS=1``: a fresh interpreter). For the tests that read a
     damaged data directory with the offline commands; the tests of the command itself (tests/cli) run the real
     executable. An exception out of ``main`` still ends the process with status 1 and its traceback on stderr.
-    ``errors``: how bytes that do not decode read (``"replace"``: as ``bytes.decode(errors="replace")``)."""
-    full_env = {**os.environ, **(env or {})}
+    ``errors``: how bytes that do not decode read (``"replace"``: as ``bytes.decode(errors="replace")``).
+    ``inherit=False``: ``env`` is the whole environment, not additions to this process's."""
+    full_env = {**(os.environ if inherit else {}), **(env or {})}
     if exec_hosts():
         return subprocess.run([sys.executable, "-m", "runtime.cli", *argv], cwd=REPO, capture_output=True,
                               text=True, errors=errors, timeout=timeout, env=full_env, check=False)
@@ -182,6 +183,17 @@ def run_cli(*argv: str, env: dict[str, str] | None = None, timeout: float = 120,
     assert code is not None
     return subprocess.CompletedProcess([sys.executable, "-m", "runtime.cli", *argv], code, _text(out, errors),
                                        _text(err, errors))
+
+
+# What a forked command cannot take from its environment the way a fresh interpreter does: the interpreter's
+# own settings (PYTHON*), the locale its streams were opened with (LANG, LC_*), a preloaded library (LD_*).
+_EXEC_ONLY_ENV = ("PYTHON", "LANG", "LC_", "LD_")
+
+
+def forks_alike(extra: dict[str, str] | None) -> bool:
+    """Whether a command run with these environment additions behaves forked as it does exec'd (see
+    :func:`run_cli`): none of them is read only at interpreter start."""
+    return not any(k.startswith(_EXEC_ONLY_ENV) for k in (extra or {}))
 
 
 def _text(raw: bytes, errors: str) -> str:

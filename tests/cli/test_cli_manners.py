@@ -18,12 +18,14 @@ import trio
 from runtime.client import open_client
 from runtime.datadir import DataDir, DataDirLock
 from runtime.host import VERSION
-from tests.hostkit import REPO, HostProcess, msg, start_host_process
+from tests.hostkit import REPO, HostProcess, forks_alike, msg, run_cli, start_host_process
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k != "PI_DESKTOP_DATA_DIR"}
     full.update(env or {})
+    if forks_alike(env):  # forked from the warm forkserver (tests.hostkit.run_cli)
+        return run_cli(*args, env=full, timeout=timeout, inherit=False)
     return subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=full)
 

@@ -1,5 +1,8 @@
 """An outsider's pass over the CLI as README.md and ``pi-host <command> --help`` describe it: the real entry
-point (``python -m runtime.cli``) in subprocesses against real host processes.
+point (``runtime.cli.main``) in processes of their own against real host processes, forked from the warm
+forkserver (``tests.hostkit.run_cli``: each command a process of its own with its own argv, environment, exit
+status and output, without an interpreter start and the host's import per call); a command that needs its own
+session, locale or interpreter settings runs as ``python -m runtime.cli``.
 
 What tests/cli, tests/doctor, tests/imports and tests/settings already cover is left to them; this file
 checks what they leave out: how ``stop`` and ``status`` read a ``host.json`` whose pid is a zombie, a live
@@ -26,7 +29,7 @@ import pytest
 import trio
 
 from runtime.client import open_client
-from tests.hostkit import REPO, HostProcess, msg, start_host_process
+from tests.hostkit import REPO, HostProcess, forks_alike, msg, run_cli, start_host_process
 from tests.importers import gen
 
 SECRET = "sk-outsider-0123456789abcdef"
@@ -42,6 +45,10 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def cli(data: Path | None, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
         new_session: bool = False) -> subprocess.CompletedProcess[str]:
     head = ["--data-dir", str(data)] if data is not None else []
+    if not new_session and forks_alike(env):
+        # the same main forked from the warm forkserver: no interpreter start and import per call (the command
+        # as installed runs in the tests that need its own process group, locale or interpreter settings)
+        return run_cli(*head, *args, env=_env(env), timeout=timeout, inherit=False)
     return subprocess.run([sys.executable, "-m", "runtime.cli", *head, *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, env=_env(env), start_new_session=new_session)
 

@@ -16,15 +16,14 @@ from pathlib import Path
 import trio
 
 from runtime.client import open_client
-from tests.hostkit import REPO, HostProcess, msg, start_host_process
+from tests.hostkit import REPO, HostProcess, msg, run_cli, start_host_process
 
 
 def cli(data: Path | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PI_DESKTOP_DATA_DIR"}
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     head = ["--data-dir", str(data)] if data is not None else []
-    return subprocess.run([sys.executable, "-m", "runtime.cli", *head, *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return run_cli(*head, *args, env=env, timeout=timeout, inherit=False)  # forked: see tests.hostkit.run_cli
 
 
 def _seed(host: HostProcess, count: int = 1) -> list[str]:
