@@ -9,9 +9,10 @@ directory lock, and environment (set before ``main`` runs; the host reads ``RT_C
 run time, never at import). Its stdout and stderr go to files read back by :meth:`ForkedHost.communicate`.
 
 The forkserver is a fresh interpreter, not a fork of the test process (which runs threads and trio), so a
-forked host starts from a clean single-threaded state. Tests of the command itself (tests/cli, the process
-lifecycle, the packaged wheel) run the real executable, and ``PIHOST_TEST_EXEC_HOSTS=1`` makes every host
-a fresh ``python -m runtime.cli`` process again.
+forked host starts from a clean single-threaded state. One-shot commands run forked too
+(:func:`tests.hostkit.run_cli`); tests of what only a fresh interpreter shows (signals to the command, its pipes
+and terminal, locale and interpreter settings, the process lifecycle, the packaged wheel) run the real
+executable, and ``PIHOST_TEST_EXEC_HOSTS=1`` makes every host a fresh ``python -m runtime.cli`` process again.
 """
 
 from __future__ import annotations
