@@ -150,7 +150,9 @@ def _path(value: str) -> str:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``only``: the command the line names, the one subcommand built (each costs
+    ~1 ms of a command's start: every argument makes a help formatter and asks gettext for its words)."""
     data_dir_help = "data directory (default: $PI_DESKTOP_DATA_DIR, else ~/.pi-desktop, or with --dev " \
                     "~/.pi-desktop-dev)"
     dev_help = "a development build: default to ~/.pi-desktop-dev, never the desktop app's ~/.pi-desktop"
@@ -163,7 +165,36 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", default=argparse.SUPPRESS, help=data_dir_help)
     common.add_argument("--dev", action="store_true", default=argparse.SUPPRESS, help=dev_help)
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print the result as JSON")
     sub = ap.add_subparsers(dest="command")
+    for name, build in _COMMANDS:
+        if only is None or name == only:
+            build(sub, common, as_json)
+    return ap
+
+
+def _command_named(argv: list[str]) -> str | None:
+    """The command ``argv`` names, as the root parser finds it (its first positional word: not an option,
+    not ``--data-dir``'s value); None when that is not one of the commands, or before it the line holds what
+    the root parser answers itself (``--``, an unknown option, a prefix of one): the whole parser then."""
+    takes_value = False
+    for word in argv:
+        if takes_value:
+            takes_value = False
+            continue
+        if word == "--":
+            return None
+        if word.startswith("-"):
+            if word.split("=", 1)[0] not in _ROOT_OPTIONS:
+                return None  # a prefix of an option, an unknown one: the root parser's own answer
+            takes_value = word == "--data-dir"
+            continue
+        return word if word in _COMMAND_NAMES and word != "completion" else None  # completion reads them all
+    return None
+
+
+def _serve_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     serve = sub.add_parser("serve", help="run the host in the foreground", parents=[common])
     serve.add_argument("--port", type=_port, default=DEFAULT_PORT,
                        help=f"port on the loopback address (default {DEFAULT_PORT}); 0 picks a free port")
@@ -193,35 +224,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="boot prunes audit log rows older than DAYS (1-36500, default 90)")
     serve.add_argument("--disk-warn-below", type=_byte_count, default=512 * 1024 * 1024, metavar="BYTES",
                        help="host.status warns when the data directory's disk has less free space")
-    _add_client_commands(sub, common)
-    imp = sub.add_parser("import", help="import another agent's sessions into the running host", parents=[common])
-    imp.add_argument("source", choices=_ImportSources(), metavar="SOURCE", help="%(choices)s")
-    imp.add_argument("path", nargs="?", default=None, help="default: the tool's usual root")
-    imp.add_argument("--dry-run", action="store_true", help="parse and report; write nothing")
-    imp.add_argument("--json", action="store_true", help="print the whole result as JSON")
-    exp = sub.add_parser("export", help="export a session (secrets and thinking left out unless asked)",
-                         parents=[common])
-    exp.add_argument("session")
-    exp.add_argument("--format", choices=["md", "html", "jsonl"], default="md")
-    exp.add_argument("--out", type=_path, default=None, metavar="FILE", help="a new file (default: stdout)")
-    exp.add_argument("--include-thinking", action="store_true")
-    exp.add_argument("--include-secrets", action="store_true")
-    _config_parsers(sub, common)
-    doctor_help = ("check a stopped host's data directory (exit 0 clean, 1 repairable or repaired, 2 damage it "
-                   "cannot repair, 3 refused)")
-    doctor = sub.add_parser("doctor", help=doctor_help, description=doctor_help, parents=[common])
-    doctor.add_argument("--repair", action="store_true", help="repair what can be repaired from the files")
-    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
-    return ap
 
 
-def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """status / sessions / show / search / follow / stop / open / agent / chat / completion."""
-    as_json = argparse.ArgumentParser(add_help=False)
-    as_json.add_argument("--json", action="store_true", help="print the result as JSON")
+def _status_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     status_help = "the running host's version, uptime, actors and boot recovery report, in brief (--json: the " \
                   "whole host.status result)"
     sub.add_parser("status", help=status_help, description=status_help, parents=[common, as_json])
+
+
+def _sessions_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     sessions = sub.add_parser("sessions", help="list sessions, newest first, a page at a time (offline when no host "
                               "runs)", parents=[common, as_json])
     sessions.add_argument("--limit", type=int, default=SESSIONS_PAGE,
@@ -229,37 +240,81 @@ def _add_client_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     sessions.add_argument("--cursor", default=None,
                           help="the next page: the cursor a page ended with (on stderr, or nextCursor with --json)")
     sessions.add_argument("--ids", action="store_true", help=argparse.SUPPRESS)  # shell completion
+
+
+def _show_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="print a session's newest messages (offline when no host runs)",
                           parents=[common, as_json])
     show.add_argument("session")
     show.add_argument("--limit", type=int, default=20, help="messages to print, the newest (1-5000, default 20)")
     show.add_argument("--before", type=int, default=None, help="page back: end the window before this position")
+
+
+def _search_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     search = sub.add_parser("search", help="search every session (offline when no host runs)",
                             parents=[common, as_json])
     search.add_argument("query")
     search.add_argument("--limit", type=int, default=20, help="matching sessions to print (1-100, default 20)")
+
+
+def _follow_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     follow = sub.add_parser("follow", help="tail a session's events (Ctrl-C stops: exit 130)",
                             parents=[common, as_json], description=FOLLOW_DESCRIPTION)
     follow.add_argument("session")
+
+
+def _stop_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     stop = sub.add_parser("stop", help="stop the running host cleanly (SIGTERM, wait for clean-shutdown)",
                           parents=[common])
     stop.add_argument("--timeout", type=_seconds(), default=30.0, help="seconds to wait (default 30)")
+
+
+def _open_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     opener = sub.add_parser("open", help="open the browser inspector with a one-time login code", parents=[common])
     opener.add_argument("--print", action="store_true", help="print the URL instead of starting a browser")
-    for name, text in (("agent", "the reference agent sidecar (see `pi-host agent --help`)"),
-                       ("chat", "a terminal chat (see `pi-host chat --help`)")):
+
+
+def _delegated_command(name: str, text: str) -> Callable[[Any, argparse.ArgumentParser, argparse.ArgumentParser],
+                                                          None]:
+    """``agent`` and ``chat``: their own programs parse the rest of the line (:func:`_delegated`)."""
+    def build(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
         delegated = sub.add_parser(name, help=text, add_help=False, parents=[common])
         delegated.add_argument("rest", nargs=argparse.REMAINDER)
+    return build
+
+
+def _completion_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     completion = sub.add_parser("completion", help="print a shell completion script")
     completion.add_argument("shell", choices=["bash", "zsh"])
+
+
+def _types_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     types = sub.add_parser("types", help="write the TypeScript types (protocol.ts) and the JSON Schema "
                            "(schema.json) of this pi-host's protocol into DIR, for a UI project")
     types.add_argument("--out", type=_path, required=True, metavar="DIR",
                        help="created if missing; the two files are replaced")
 
 
-def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
-    """``settings get|set|delete``, ``providers``, ``models``."""
+def _import_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
+    imp = sub.add_parser("import", help="import another agent's sessions into the running host", parents=[common])
+    imp.add_argument("source", choices=_ImportSources(), metavar="SOURCE", help="%(choices)s")
+    imp.add_argument("path", nargs="?", default=None, help="default: the tool's usual root")
+    imp.add_argument("--dry-run", action="store_true", help="parse and report; write nothing")
+    imp.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
+
+def _export_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
+    exp = sub.add_parser("export", help="export a session (secrets and thinking left out unless asked)",
+                         parents=[common])
+    exp.add_argument("session")
+    exp.add_argument("--format", choices=["md", "html", "jsonl"], default="md")
+    exp.add_argument("--out", type=_path, default=None, metavar="FILE", help="a new file (default: stdout)")
+    exp.add_argument("--include-thinking", action="store_true")
+    exp.add_argument("--include-secrets", action="store_true")
+
+
+def _settings_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
+    """``settings get|set|delete``."""
     cfg = sub.add_parser("settings", help="read or change settings (kv namespaces)", parents=[common])
     verbs = cfg.add_subparsers(dest="verb", required=True)
     get = verbs.add_parser("get", help="one key, or every key of the namespace", parents=[common])
@@ -272,11 +327,51 @@ def _config_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     for verb in (get, put, rm):
         verb.add_argument("--ns", default="app", help="namespace (default app: the settings blob)")
     get.add_argument("--json", action="store_true", help="print the result as JSON (it always is)")
+
+
+def _providers_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     providers = sub.add_parser("providers", help="list providers (never their keys)", parents=[common])
+    providers.add_argument("--json", action="store_true", help="print the result as JSON")  # README: every read
+
+
+def _models_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
     models = sub.add_parser("models", help="list the model catalog", parents=[common])
     models.add_argument("--provider", help="one provider's models")
-    for read in (providers, models):  # README: every read takes --json
-        read.add_argument("--json", action="store_true", help="print the result as JSON")
+    models.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _doctor_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
+    doctor_help = ("check a stopped host's data directory (exit 0 clean, 1 repairable or repaired, 2 damage it "
+                   "cannot repair, 3 refused)")
+    doctor = sub.add_parser("doctor", help=doctor_help, description=doctor_help, parents=[common])
+    doctor.add_argument("--repair", action="store_true", help="repair what can be repaired from the files")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+_COMMANDS: tuple[tuple[str, Callable[[Any, argparse.ArgumentParser, argparse.ArgumentParser], None]], ...] = (
+    ("serve", _serve_command),
+    ("status", _status_command),
+    ("sessions", _sessions_command),
+    ("show", _show_command),
+    ("search", _search_command),
+    ("follow", _follow_command),
+    ("stop", _stop_command),
+    ("open", _open_command),
+    ("agent", _delegated_command("agent", "the reference agent sidecar (see `pi-host agent --help`)")),
+    ("chat", _delegated_command("chat", "a terminal chat (see `pi-host chat --help`)")),
+    ("completion", _completion_command),
+    ("types", _types_command),
+    ("import", _import_command),
+    ("export", _export_command),
+    ("settings", _settings_command),
+    ("providers", _providers_command),
+    ("models", _models_command),
+    ("doctor", _doctor_command),
+)
+"""Every command, in the order ``pi-host --help`` lists them."""
+
+_COMMAND_NAMES = frozenset(name for name, _ in _COMMANDS)
+_ROOT_OPTIONS = frozenset({"-h", "--help", "--data-dir", "--dev", "--version"})
 
 
 FOLLOW_DESCRIPTION = (
@@ -321,14 +416,14 @@ def _main(argv: list[str] | None = None) -> int:
     delegated = _delegated(raw)
     if delegated is not None:
         return delegated
-    parser = _parser()
+    parser = _parser(_command_named(raw))
     args, extra = parser.parse_known_args(raw)
     if args.command == "import" and args.path is None and len(extra) == 1 and not extra[0].startswith("-"):
         # `import SOURCE --dry-run PATH`: argparse gives SOURCE's optional PATH its empty match before the
         # option and then calls PATH unrecognized; an option between them is the same command
         args.path, extra = extra[0], []
     if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        _parser().error(f"unrecognized arguments: {' '.join(extra)}")  # the root's usage names every command
     if args.command is None:
         parser.print_help()
         return 2
