@@ -651,13 +651,16 @@ async def test_a_torn_trailing_line_at_every_byte_offset_is_cut_before_the_next_
     tails: dict[str, bytes] = {f"cut{k}": TORN[:k] for k in range(1, len(TORN) - 1)}
     tails |= {"nul": b"\0" * 18, "garbage": b"\x9f\x00garbage{{ no newline", "nonl": TORN[:-1]}
     async with host(data) as (proc, c):
-        calls = []
-        for sid in tails:
-            calls += [("session.create", {"sessionId": sid, "title": sid}),
-                      ("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-0", "acked zero")}),
-                      ("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-1", "acked one")})]
-        for method, params in calls:
-            await c.call(method, params)
+
+        async def two_acked(sid: str) -> None:
+            await c.call("session.create", {"sessionId": sid, "title": sid})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-0", "acked zero")})
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-1", "acked one")})
+
+        # the sessions side by side (each one's calls in order): their fsyncs overlap instead of queueing
+        async with trio.open_nursery() as nursery:
+            for sid in tails:
+                nursery.start_soon(two_acked, sid)
         await c.call("session.get", {"sessionId": "garbage"})
         # (from a thread: this trio loop's client answers the host's closing handshake; blocked in
         # terminate() it could not, and the host waited out its 5 s close timeout)
@@ -668,8 +671,13 @@ async def test_a_torn_trailing_line_at_every_byte_offset_is_cut_before_the_next_
     async with host(data) as (proc, c):
         report = (await c.call("host.status", {}))["boot"]
         views = {sid: await ids(c, sid) for sid in tails}
-        for sid in tails:
+
+        async def next_append(sid: str) -> None:
             await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"{sid}-2", "the next append")})
+
+        async with trio.open_nursery() as nursery:  # one append per session, the sessions side by side
+            for sid in tails:
+                nursery.start_soon(next_append, sid)
         after = {sid: await ids(c, sid) for sid in tails}
     misread = {sid: v for sid, v in views.items() if v != [f"{sid}-0", f"{sid}-1"] and sid != "nonl"}
     assert misread == {}
