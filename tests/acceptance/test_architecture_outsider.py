@@ -590,7 +590,9 @@ async def test_a_second_signal_cuts_the_in_flight_wait_short(tmp_path: Path) -> 
             assert "result" not in outcome, outcome
     async with real_host(data) as (proc, c):
         assert (await c.call("host.status", {}))["bootId"] == c.hello["bootId"]
-        assert proc.terminate() == 0
+        # (from a thread: this trio loop's client answers the host's closing handshake; blocked in
+        # terminate() it could not, and the host waited out its 5 s close timeout)
+        assert await trio.to_thread.run_sync(proc.terminate) == 0
 
 
 # ------------------------------------------------------------------------------------- more of the same
@@ -634,9 +636,7 @@ async def test_the_host_header_must_be_a_loopback_name_with_the_host_s_own_port(
                          f"2130706433:{port}", f"localhost.evil.example:{port}", f"[::ffff:7f00:1]x:{port}", ""):
                 assert (await _http_get(port, "/healthz", host=name))[0] in (400, 403), name
     finally:
-        # (from a thread: this trio loop's client answers the host's closing handshake; blocked in
-        # terminate() it could not, and the host waited out its 5 s close timeout)
-        assert await trio.to_thread.run_sync(proc.terminate) == 0
+        assert proc.terminate() == 0
 
 
 async def test_same_key_for_two_sessions_at_once_runs_one_and_conflicts_the_other(tmp_path: Path) -> None:
