@@ -54,7 +54,8 @@ def _context() -> ForkServerContext:
     return ctx
 
 
-def _serve(argv: list[str], env: dict[str, str], cwd: str, out_path: str, err_path: str) -> None:
+def _serve(argv: list[str], env: dict[str, str], cwd: str, out_path: str, err_path: str,
+           umask: int | None = None) -> None:
     """The forked host: the caller's environment, folder and output files, then the command's own main."""
     # What the forkserver imported (the host, pytest) is shared with it until written to, and the cyclic
     # collector writes to every object it walks: the host's own collection when boot is done
@@ -66,6 +67,8 @@ def _serve(argv: list[str], env: dict[str, str], cwd: str, out_path: str, err_pa
     os.environ.clear()
     os.environ.update(env)
     time.tzset()  # a TZ in env is the host's local timezone, as for an exec'd host
+    if umask is not None:  # the process's umask, as a parent's umask is an exec'd host's
+        os.umask(umask)
     for fd, path in ((1, out_path), (2, err_path)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(target, fd)
@@ -81,13 +84,13 @@ class ForkedHost:
     stdout: Any = None
     stderr: Any = None
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, umask: int | None = None) -> None:
         folder = tempfile.mkdtemp(prefix="pihost-forked-")
         self._out = os.path.join(folder, "stdout")
         self._err = os.path.join(folder, "stderr")
         weakref.finalize(self, shutil.rmtree, folder, True)
         self.args = argv
-        self._process = _context().Process(target=_serve, args=(argv, env, str(cwd), self._out, self._err),
+        self._process = _context().Process(target=_serve, args=(argv, env, str(cwd), self._out, self._err, umask),
                                            daemon=False)
         self._process.start()
         assert self._process.pid is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -92,10 +93,10 @@ class HostProcess:
 
 
 def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
-                       timeout: float = 60, preexec_fn: Any = None) -> HostProcess:
+                       timeout: float = 60, preexec_fn: Any = None, umask: int | None = None) -> HostProcess:
     """Start ``pi-host serve --port 0`` as a process of its own and wait for its ``host.json``: forked from
     the warm forkserver (tests/host_fork.py), or a fresh interpreter with ``preexec_fn`` or
-    ``PIHOST_TEST_EXEC_HOSTS=1``."""
+    ``PIHOST_TEST_EXEC_HOSTS=1``. ``umask``: the host process's umask (forked or exec'd)."""
     host_json = data_dir / "host.json"
     old_pid = None
     if host_json.exists():
@@ -103,7 +104,7 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
             old_pid = json.loads(host_json.read_text()).get("pid")
         except ValueError:
             pass
-    proc = _launch(data_dir, extra, env, preexec_fn)
+    proc = _launch(data_dir, extra, env, preexec_fn, umask)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -148,13 +149,16 @@ def serve_until_exit(data_dir: Path, *extra: str, env: dict[str, str] | None = N
 
 
 def _launch(data_dir: Path, extra: tuple[str, ...], env: dict[str, str] | None,
-            preexec_fn: Any) -> subprocess.Popen[bytes] | ForkedHost:
+            preexec_fn: Any, umask: int | None = None) -> subprocess.Popen[bytes] | ForkedHost:
     """``pi-host serve --port 0 --quiet`` on ``data_dir``: forked from the warm forkserver, or a fresh
-    interpreter with ``preexec_fn`` or ``PIHOST_TEST_EXEC_HOSTS=1``."""
+    interpreter with ``preexec_fn`` or ``PIHOST_TEST_EXEC_HOSTS=1``; with ``umask`` as its umask."""
     full_env = {**os.environ, **(env or {})}
     argv = ["--data-dir", str(data_dir), "serve", "--port", "0", "--quiet", *extra]
     if preexec_fn is None and not exec_hosts():
-        return ForkedHost(argv, full_env, REPO)  # the same main, without importing the host again
+        return ForkedHost(argv, full_env, REPO, umask)  # the same main, without importing the host again
+    if umask is not None:
+        assert preexec_fn is None, "give umask or preexec_fn"
+        preexec_fn = functools.partial(os.umask, umask)
     return subprocess.Popen([sys.executable, "-m", "runtime.cli", *argv], cwd=REPO, env=full_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec_fn)
 

@@ -755,9 +755,11 @@ async def test_anchor_a_token_in_the_url_query_never_authenticates_and_never_rea
 
 async def test_anchor_token_and_key_files_are_0600_whatever_the_umask(tmp_path: Path) -> None:
     """§5: the token file is created 0600 "then fchmod, since umask can't be trusted"; the same for the
-    secret store's key (row 15). A host started under umask 000."""
+    secret store's key (row 15). A host started under umask 000 (forked from the warm server with it)."""
     data = tmp_path / "data"
-    async with running(data, preexec_fn=lambda: os.umask(0)) as proc:
+    async with running(data, umask=0) as proc:
+        status = await trio.Path(f"/proc/{proc.proc.pid}/status").read_text()
+        assert "Umask:\t0000" in status, "the host does not run under umask 000"
         with trio.fail_after(30):
             async with client(proc, kind="agent") as c:
                 await c.call("secrets.set", {"ref": "provider/u", "value": "v"})
