@@ -185,7 +185,7 @@ async def test_list_get_fork_and_a_restart_leave_no_row_and_no_copy(tmp_path: Pa
             child = await c.call("session.fork", {"sessionId": parent, "title": "audit child",
                                                   "submissionId": "audit-fork"})
             assert child["source"] == "native-pi" and child["native"] == {"version": 3, "readOnly": True}
-            proc.terminate()
+            await trio.to_thread.run_sync(proc.terminate)  # the loop answers the closing handshake meanwhile
         after_fork = tree(pi_root)
         async with native_host(data, pi_root) as (proc, c):
             assert sorted(await native_ids(c)) == sorted([*ids, child["id"]])

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from runtime.client import HostClient
 from tests.hostkit import msg
@@ -33,7 +34,9 @@ async def test_a_kill_between_the_tail_copy_and_the_cut_recovers_once_and_glues_
         await c.call("session.create", {"sessionId": "s1", "title": "torn"})
         for i in range(2):
             await c.call("session.appendMessage", {"sessionId": "s1", "message": msg(f"m{i}", f"quokka acked {i}")})
-        assert proc.terminate() == 0
+        # from a thread: the loop answers the host's closing handshake meanwhile (blocked, it would wait out the
+        # host's 5 s close timeout)
+        assert await trio.to_thread.run_sync(proc.terminate) == 0
     with transcript(data, "s1").open("ab") as fh:
         fh.write(TAILS[tail])
     params: dict[str, Any] = {"sessionId": "s1", "submissionId": "after-the-tail",
