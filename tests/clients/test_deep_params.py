@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 import orjson
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from trio_websocket import open_websocket_url
 
 from pihost_client import MAX_JSON_DEPTH as CLIENT_MAX_DEPTH
@@ -370,3 +373,18 @@ async def test_the_host_refuses_an_escaped_lone_surrogate_as_the_clients_do(tmp_
                 assert "a lone surrogate at params.value" in refused.value.message
     finally:
         stop(host)
+
+
+_SUSPECT_BY_REGEX = re.compile("[\ud800-\udfff]|[0-9]{19}")
+
+
+@settings(deadline=None)
+@given(st.lists(st.sampled_from(["0", "7", "9", "12345678", "a", "é", "日", "\U0001f600", "\ud800", "\udfff", " ",
+                                 '"', "\\", "{"]), max_size=60).map("".join))
+def test_the_clients_quick_look_finds_what_the_expression_finds(text: str) -> None:
+    """``pihost_client``'s look for a lone surrogate or 19 digits in a row in an encoded call (before the walk that
+    names them) answers as the regular expression it replaces did, for digits next to wide characters too."""
+    from pihost_client.client import _suspect
+
+    assert _suspect(text) is (_SUSPECT_BY_REGEX.search(text) is not None)
+    assert _suspect(text + "1" * 19) and _suspect("\udc00" + text)

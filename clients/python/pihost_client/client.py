@@ -69,7 +69,6 @@ import logging
 import math
 import os
 import random
-import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -782,7 +781,7 @@ def _encode_params(method: str, params: dict[str, Any]) -> _Encoded:
     except (ValueError, TypeError) as exc:
         found = unsendable(params) or (f"a value the encoder refused ({exc})", [])
     else:
-        if _SUSPECT.search(text) is None:
+        if not _suspect(text):
             return _Encoded(text)
         suspect = unsendable(params)  # a run of digits may be in a string, or an integer that fits
         if suspect is None:
@@ -792,9 +791,21 @@ def _encode_params(method: str, params: dict[str, Any]) -> _Encoded:
     raise RpcError(-32602, "INVALID_PARAMS", message, data) from None
 
 
-_SUSPECT = re.compile("[\ud800-\udfff]|[0-9]{19}")
-"""What in an encoded text may be a lone surrogate, or an integer outside the signed 64-bit range (19 digits or
-more; 2**63 - 1 has 19)."""
+_DIGIT_AS_ZERO = bytes.maketrans(b"123456789", b"0" * 9)
+_NINETEEN_DIGITS = b"0" * 19
+
+
+def _suspect(text: str) -> bool:
+    """Whether an encoded text may hold a lone surrogate, or an integer outside the signed 64-bit range (19 digits
+    or more; 2**63 - 1 has 19): what the regular expression ``[\\ud800-\\udfff]|[0-9]{19}`` finds, at a tenth of
+    its CPU on a long text (a 5 MiB message: ~0.1 s each try of the expression, which no prefix lets skip ahead). A
+    surrogate is what UTF-8 refuses to encode; in the UTF-8 bytes an ASCII digit is its own byte (every byte of a
+    longer character is 0x80 or more), so 19 digits in a row are 19 zeros once each digit byte reads as a zero."""
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        return True
+    return _NINETEEN_DIGITS in data.translate(_DIGIT_AS_ZERO)
 
 
 def _positive(name: str, value: float) -> float:
