@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import queue
-import shutil
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,33 +23,29 @@ import anyio
 import pytest
 
 from pihost_client import connect
-from tests.clients.node_packages import ensure_node_modules
+from tests.clients.node_packages import tsc_build
 from tests.clients.relay import Relay, free_port
 from tests.hostkit import HostProcess, start_host_process
 
 PKG = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 INITIAL_MS = 100
 CAP_MS = 800
+FIRST_CAPPED = 4
+"""The first waiting line whose delay the cap bounds (a line's ``attempt`` is its index in the chain: the bases
+double from ``INITIAL_MS``, 100, 200, 400, 800, then 1600 capped at ``CAP_MS``)."""
 
 Line = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def harness() -> Iterator[Path]:
-    """``test/harness.ts`` and the client compiled by tsc into a build folder inside the package (so Node resolves
-    the package's ``ws``); removed afterwards. ``--skipLibCheck``: the harness and the client are type-checked
-    whole, the declaration files they use are not (most of tsc's time here): the package's own
-    ``tsc --noEmit`` (tests/clients/test_typescript.py) checks the ES and DOM ones, and ``@types/node``'s
-    are that package's own business."""
-    ensure_node_modules(PKG)
-    out = PKG / f".build-{uuid.uuid4().hex[:8]}"
-    try:
-        proc = subprocess.run([str(PKG / "node_modules" / ".bin" / "tsc"), "-p", "test/tsconfig.json", "--outDir",
-                               str(out), "--skipLibCheck"], cwd=PKG, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        yield out / "test" / "harness.js"
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+def harness() -> Path:
+    """``test/harness.js``: ``test/harness.ts`` and the client compiled by tsc into a build folder inside the package
+    (so Node resolves the package's ``ws``), once for this module and test_typescript_outsider.py, whichever
+    worker asks first (:func:`tests.clients.node_packages.tsc_build`). ``--skipLibCheck``: the harness and the
+    client are type-checked whole, the declaration files they use are not (most of tsc's time here): the package's
+    own ``tsc --noEmit`` (tests/clients/test_typescript.py) checks the ES and DOM ones, and ``@types/node``'s are
+    that package's own business."""
+    return tsc_build(PKG, "test/tsconfig.json", "--skipLibCheck") / "test" / "harness.js"
 
 
 class Node:
@@ -145,10 +140,11 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.mark.slow  # a host killed, then booted again on its port
 def test_host_killed_and_restarted_one_retry_chain_then_resynced(harness: Path, data_dir: Path) -> None:
-    """Issue 25: the host is SIGKILLed for ~3 s and restarted on its port: the client makes a handful of
-    attempts spaced by the backoff (never two chains), says it is waiting, keeps at most ``maxWaitingCalls``
-    calls waiting (the rest are refused at once: bounded memory), reconnects once, resyncs its subscription
-    (a new bootId: old cursors do not resume) and delivers the next event; the waiting calls then complete."""
+    """Issue 25: the host is SIGKILLed for ~2 s (until the backoff is at its cap) and restarted on its port: the
+    client makes a handful of attempts spaced by the backoff (never two chains), says it is waiting, keeps at most
+    ``maxWaitingCalls`` calls waiting (the rest are refused at once: bounded memory), reconnects once, resyncs its
+    subscription (a new bootId: old cursors do not resume) and delivers the next event; the waiting calls then
+    complete."""
     port = free_port()
     host: HostProcess = start_host_process(data_dir, "--port", str(port))
     node = Node(harness, host.url, host.token, backoff={"initialMs": INITIAL_MS, "maxMs": CAP_MS},
@@ -166,7 +162,9 @@ def test_host_killed_and_restarted_one_retry_chain_then_resynced(harness: Path, 
         node.expect(_state("waiting"))
         flooded = node.run("flood", n=60)
         assert flooded == {"refused": 10, "resolved": 0}, flooded
-        time.sleep(3)
+        # down until two delays were capped (~1.7 s; a fixed 3 s wait got that far, and further): the chain's
+        # doubling and its cap are what _check_one_chain holds the waits to
+        node.seen(lambda x: _state("waiting")(x) and x["attempt"] >= FIRST_CAPPED + 1, timeout=30)
         host = start_host_process(data_dir, "--port", str(port))
         back = node.expect(_state("reconnected"), timeout=30)
         assert back["message"] == "reconnected; the host restarted; subscriptions resynced", back
@@ -194,9 +192,9 @@ def test_host_killed_and_restarted_one_retry_chain_then_resynced(harness: Path, 
 
 
 def test_connection_dropped_resumes_at_the_cursor_with_the_missed_events(harness: Path, data_dir: Path) -> None:
-    """Issue 25: the connection drops while the host keeps running (a relay taken down for ~2 s) and two
-    messages are appended meanwhile: the client says "reconnected; resumed at cursor N" with the cursor of the
-    last event it delivered, gets the two missed events, and nothing twice; no resync."""
+    """Issue 25: the connection drops while the host keeps running (a relay taken down for ~1.2 s, until the
+    backoff is at its cap) and two messages are appended meanwhile: the client says "reconnected; resumed at cursor
+    N" with the cursor of the last event it delivered, gets the two missed events, and nothing twice; no resync."""
     host = start_host_process(data_dir)
     port = int(host.url.rsplit(":", 1)[1].split("/")[0])
     proxy = Relay(port)
@@ -219,7 +217,8 @@ def test_connection_dropped_resumes_at_the_cursor_with_the_missed_events(harness
                         "id": mid, "role": "user", "blocks": [{"type": "text", "text": mid}]})
 
         anyio.run(append_missed)
-        time.sleep(1.5)
+        # down until a delay was capped (~1.2 s; a fixed 1.5 s wait after the appends got about that far)
+        node.seen(lambda x: _state("waiting")(x) and x["attempt"] >= FIRST_CAPPED, timeout=30)
         proxy.up()
         back = node.expect(_state("reconnected"), timeout=30)
         assert back["message"] == f"reconnected; resumed at cursor {cursor}", back
