@@ -99,16 +99,28 @@ def bounded_lines(fd: int, start: int, size: int, *, limit: int = MAX_LINE_BYTES
     (``store/indexing/reconcile.py``), the revisions file's reader (``store/revisions.py``) and the attachment
     GC's reference scan (``store/attachments.py``) read so."""
     pos = start
-    carry = b""
+    # the line read so far (no newline in it yet), in pieces joined once, when its newline comes: a long line
+    # read as carry + chunk each time was copied (and searched for a newline) whole for every chunk, quadratic
+    # in its length (a 65 MiB line in 1 MiB chunks: some 2 GiB copied)
+    parts: list[bytes] = []
+    held = 0
     skipping: int | None = None  # the offset of the over-long line being skipped
     os.lseek(fd, start, os.SEEK_SET)
     while pos < size:
         got = os.read(fd, min(chunk, size - pos))
         if not got:
             break
-        data = carry + got if carry else got
-        base = pos - len(carry)
+        base = pos - held
         pos += len(got)
+        if b"\n" not in got:  # no line ends in this chunk: the open line grows, or is still being skipped
+            if skipping is None:
+                parts.append(got)
+                held += len(got)
+                if held > limit:
+                    skipping, parts, held = base, [], 0
+            continue
+        data = b"".join((*parts, got)) if parts else got
+        parts, held = [], 0
         at = 0
         # where the last chunk's trailing blank (NUL / newline) run starts: a line ending at or past it has
         # nothing but blank after it (one rstrip per chunk, not a copy of the chunk's rest per line)
@@ -125,15 +137,15 @@ def bounded_lines(fd: int, start: int, size: int, *, limit: int = MAX_LINE_BYTES
             else:
                 yield base + at, base + nl + 1, data[at : nl + 1], 0 <= blank_from <= nl + 1
             at = nl + 1
-        carry = data[at:]
-        if skipping is None and len(carry) > limit:
-            skipping, carry = base + at, b""
-        elif skipping is not None:
-            carry = b""
+        # a newline was found: no line is being skipped now
+        if len(data) - at > limit:
+            skipping = base + at
+        elif at < len(data):
+            parts, held = [data[at:]], len(data) - at
     if skipping is not None:
         yield skipping, size, None, False
-    elif carry:
-        yield size - len(carry), size, None, False
+    elif held:
+        yield size - held, size, None, False
 
 
 def _wall_ms() -> int:
