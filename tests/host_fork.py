@@ -33,12 +33,20 @@ from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
+LAZY_IN_A_HOST = ["cryptography.hazmat.primitives.ciphers.aead", "cryptography.exceptions",
+                  "store.interchange.export_render", "encodings.idna"]
+"""What a host imports on first use rather than at boot (tests/host/test_boot_imports.py checks that in a fresh
+interpreter): the first secret or config-sync bundle read (cryptography), the first Markdown / HTML export, the
+first IDNA host name. Many of the suite's hosts use one of them; imported in the forkserver, a forked host finds
+them loaded instead of importing them again (some 15 ms of CPU a host)."""
+
 # What the forkserver imports once; each forked host starts with these loaded.
 # (pytest too: a forked child runs the parent's ``__main__`` module again, ``pytest.__main__`` when the
 # suite runs without workers.)
 # The wire models are built on first use (protocol.models_common.WireModel): tests.host_fork_models builds them
 # here, once, so a forked host's serve finds them built (building them in each host: ~0.2 s of CPU).
-PRELOAD = ["runtime.cli", "runtime.cli_serve", "runtime.host", "tests.host_fork", "tests.host_fork_models", "pytest"]
+PRELOAD = ["runtime.cli", "runtime.cli_serve", "runtime.host", "tests.host_fork", "tests.host_fork_models", "pytest",
+           *LAZY_IN_A_HOST]
 
 
 def exec_hosts() -> bool:
