@@ -418,16 +418,15 @@ async def test_a_file_damaged_between_two_hosts(tmp_path: Path, template: tuple[
 
 @pytest.mark.parametrize("body", [b"\xff" * 64 + b"\n", b"a" * 600 + b"\n", b"\xc3(" + b"b" * 62],
                          ids=["not-utf8", "too-long", "bad-sequence"])
-async def test_a_host_token_no_client_could_send_is_replaced_at_boot(tmp_path: Path, body: bytes) -> None:
+async def test_a_host_token_no_client_could_send_is_replaced_at_boot(
+        tmp_path: Path, template: tuple[Path, dict[str, str]], body: bytes) -> None:
     """``host.token`` that is not UTF-8, or longer than ``host.hello`` takes (512 characters), holds no token
     a client could send: the boot replaces it (as it does a short one) instead of dying with a traceback or
-    serving a token nobody can present."""
+    serving a token nobody can present. (The template's host left a token and the undamaged session ``s2``.)"""
+    src, _ = template
     data = tmp_path / "data"
-    data.mkdir()
-    async with _host(data) as (_, c):
-        await c.call("session.create", {"sessionId": "s2", "title": "untouched"})
-        for mid in S2_ACKED:
-            await c.call("session.appendMessage", {"sessionId": "s2", "message": msg(mid, mid)})
+    shutil.copytree(src, data, symlinks=True)
+    assert len((data / "host.token").read_text().strip()) == 64
     (data / "host.token").write_bytes(body)
     async with _host(data) as (proc, c):
         await _undamaged_serves(c, "token")
