@@ -97,6 +97,31 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
     """Start ``pi-host serve --port 0`` as a process of its own and wait for its ``host.json``: forked from
     the warm forkserver (tests/host_fork.py), or a fresh interpreter with ``preexec_fn`` or
     ``PIHOST_TEST_EXEC_HOSTS=1``. ``umask``: the host process's umask (forked or exec'd)."""
+    return launch_host_process(data_dir, *extra, env=env, preexec_fn=preexec_fn, umask=umask).started(timeout)
+
+
+@dataclass
+class LaunchedHost:
+    """A ``pi-host serve`` process launched by :func:`launch_host_process`, maybe still booting."""
+
+    proc: subprocess.Popen[bytes] | ForkedHost
+    data_dir: Path
+    old_pid: Any
+
+    def started(self, timeout: float = 60) -> HostProcess:
+        """Wait for its ``host.json`` (as :func:`start_host_process` does)."""
+        return _started(self.proc, self.data_dir, self.old_pid, timeout)
+
+    def kill9(self) -> None:
+        """Never used after all: SIGKILLed and reaped."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.communicate(timeout=30)
+
+
+def launch_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None = None,
+                        preexec_fn: Any = None, umask: int | None = None) -> LaunchedHost:
+    """:func:`start_host_process` without the wait: the host boots while the caller does something else, and
+    :meth:`LaunchedHost.started` waits for it."""
     host_json = data_dir / "host.json"
     old_pid = None
     if host_json.exists():
@@ -104,7 +129,12 @@ def start_host_process(data_dir: Path, *extra: str, env: dict[str, str] | None =
             old_pid = json.loads(host_json.read_text()).get("pid")
         except ValueError:
             pass
-    proc = _launch(data_dir, extra, env, preexec_fn, umask)
+    return LaunchedHost(_launch(data_dir, extra, env, preexec_fn, umask), data_dir, old_pid)
+
+
+def _started(proc: subprocess.Popen[bytes] | ForkedHost, data_dir: Path, old_pid: Any,
+             timeout: float) -> HostProcess:
+    host_json = data_dir / "host.json"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -277,7 +307,7 @@ async def once_rebuilt(proc: HostProcess, *, client_id: str = "again",
                             break
                 except (OSError, ClientClosed, RpcError):
                     pass
-            await trio.sleep(0.2)
+            await trio.sleep(0.02)  # a refused probe is cheap; the restart takes a few tens of ms
     async with open_client(proc.url, proc.token, client_id=client_id, client_kind="agent") as again:
         yield again
 
