@@ -17,9 +17,11 @@ executable, and ``PIHOST_TEST_EXEC_HOSTS=1`` makes every host a fresh ``python -
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import gc
+import importlib
 import multiprocessing
 import os
 import shutil
@@ -54,12 +56,35 @@ def exec_hosts() -> bool:
     return os.environ.get("PIHOST_TEST_EXEC_HOSTS") == "1" or sys.platform != "linux"
 
 
+_NAME = "pihost-forked"
+"""The name of every forked host's :class:`multiprocessing.Process` (:func:`_kill_leftovers` finds them by it)."""
+
+
 @functools.cache
 def _context() -> ForkServerContext:
     ctx = multiprocessing.get_context("forkserver")
     assert isinstance(ctx, ForkServerContext)
     ctx.set_forkserver_preload(PRELOAD)
+    # registered after multiprocessing's own exit handler (multiprocessing.util registers it when imported), so it
+    # runs first: atexit runs them last in, first out
+    importlib.import_module("multiprocessing.util")
+    atexit.register(_kill_leftovers)
     return ctx
+
+
+def _kill_leftovers() -> None:
+    """At the test process's exit, SIGKILL and reap every forked host still running, saying so on stderr.
+    Multiprocessing joins its live children at exit: a host a failing test left running (its stop never
+    reached) would otherwise hang the run for ever instead of letting pytest report the failure."""
+    left = [p for p in multiprocessing.active_children() if p.name == _NAME and p.exitcode is None]
+    for process in left:
+        assert process.pid is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+        process.join(30)
+    if left:
+        print(f"tests.host_fork: killed {len(left)} forked host(s) still running at exit (pids "
+              f"{', '.join(str(p.pid) for p in left)}): a test did not stop its host", file=sys.stderr)
 
 
 def _serve(argv: list[str], env: dict[str, str], cwd: str, out_path: str, err_path: str,
@@ -99,7 +124,7 @@ class ForkedHost:
         weakref.finalize(self, shutil.rmtree, folder, True)
         self.args = argv
         self._process = _context().Process(target=_serve, args=(argv, env, str(cwd), self._out, self._err, umask),
-                                           daemon=False)
+                                           daemon=False, name=_NAME)
         self._process.start()
         assert self._process.pid is not None
         self.pid: int = self._process.pid
