@@ -5,6 +5,8 @@ Finding the host (:func:`find_host`): ``host.json`` names the pid and URL;
 
 * lock held, ``host.json`` present → the host is running: ask it;
 * lock held, no ``host.json`` → a host is still booting;
+* lock held, ``host.json`` naming a zombie → a host killed a moment ago
+  whose threads still let go of the lock: stale, as below;
 * lock free → no host runs; a ``host.json`` left behind is stale (the host
   was killed) and is explained in one line.
 
@@ -79,22 +81,35 @@ def lock_held(data_dir: DataDir) -> bool:
     return False
 
 
-def _pid_alive(pid: int) -> bool:
-    """True when ``pid`` is a live process. A zombie (killed, not yet reaped by its parent) is not one: it holds
-    no lock and will never answer, and calling it "a reused pid" sent the reader of a ``kill -9`` the wrong way."""
+def _pid_state(pid: int) -> str:
+    """``"alive"``, ``"dying"`` (killed, not yet reaped by its parent: a zombie) or ``"gone"``.
+
+    A zombie is not alive: it will never answer, and calling it "a reused pid" sent the reader of a ``kill -9``
+    the wrong way. Nor has it always let go of its lock: its main thread shows ``Z`` while its other threads are
+    still being torn down, and the kernel drops ``host.lock`` only with the last of them."""
     if pid <= 0:  # 0 and -1 name a process group / every process to kill(2), never one host
-        return False
+        return "gone"
     try:
         os.kill(pid, 0)
     except OSError as exc:
-        return exc.errno == errno.EPERM
+        return "alive" if exc.errno == errno.EPERM else "gone"
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return not Path("/proc/self/stat").exists()  # with procfs: reaped between the two looks
+    except FileNotFoundError:  # with procfs: reaped between the two looks
+        return "alive" if not Path("/proc/self/stat").exists() else "gone"
     except OSError:
-        return True  # no procfs to ask: kill(pid, 0) is all there is
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+        return "alive"  # no procfs to ask: kill(pid, 0) is all there is
+    return "dying" if stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X") else "alive"
+
+
+DYING_HOST_LOCK_WAIT_S = 2.0
+"""How long :func:`find_host` waits for a killed host (a zombie) to let go of ``host.lock``."""
+
+
+def _wait_lock_dropped(data_dir: DataDir, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while lock_held(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def find_host(data_dir: DataDir) -> HostState:
@@ -112,10 +127,17 @@ def find_host(data_dir: DataDir) -> HostState:
         if raw is None:
             return HostState(running=False, booting=True,
                              problem=f"a host is starting on {data_dir.root} (booting; no host.json yet)")
-        return HostState(running=True, pid=pid)
-    if raw is None:
-        return HostState(running=False, problem=f"no host is running on {data_dir.root}")
-    if pid is not None and _pid_alive(pid):
+        state = _pid_state(pid) if pid is not None else "alive"  # no pid: `stop` says host.json names none
+        if state != "dying":  # "gone" too: a host in another pid namespace sharing the directory is not ours to see
+            return HostState(running=True, pid=pid)
+        # a zombie: it will never answer, and its threads let go of the lock within moments; wait for that (or
+        # an offline read would meet the lock still held), then say it was killed
+        _wait_lock_dropped(data_dir, DYING_HOST_LOCK_WAIT_S)
+    else:
+        state = _pid_state(pid) if pid is not None else "gone"
+        if raw is None:
+            return HostState(running=False, problem=f"no host is running on {data_dir.root}")
+    if state == "alive":
         why = f"pid {pid} is alive but does not hold {data_dir.lock_path.name} (a reused pid)"
     else:
         why = f"pid {pid} is not running (the host was killed)"
@@ -321,7 +343,7 @@ def stop_host(data_dir: DataDir, timeout: float) -> int:
         return EXIT_NO_HOST
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _pid_alive(pid) or not lock_held(data_dir):
+        if _pid_state(pid) != "alive" or not lock_held(data_dir):
             break
         time.sleep(0.05)
     else:

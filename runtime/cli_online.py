@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, print_result, print_rpc_error
+from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, find_host, print_result, print_rpc_error
 from runtime.client import ClientClosed, RpcError, open_client, read_host_info
 from runtime.datadir import DataDir
 
@@ -61,7 +61,10 @@ async def _ask(command: str, args: argparse.Namespace, data_dir: DataDir) -> int
         print_rpc_error(exc)
         return EXIT_ERROR
     except (ClientClosed, OSError) as exc:
-        print(f"pi-host: the host at {info.url} did not answer ({exc})", file=sys.stderr)
+        # killed between the look and the call: say so, as `status` would have
+        state = await trio.to_thread.run_sync(find_host, data_dir)
+        print(f"pi-host: {state.problem}" if not state.running and state.problem
+              else f"pi-host: the host at {info.url} did not answer ({exc})", file=sys.stderr)
         return EXIT_NO_HOST
     print_result(command, res, args)
     return 0
