@@ -1014,10 +1014,18 @@ _REF_TEXT_RE = re.compile(r"attachments/([0-9a-f]{64})")
 # -- the read projection -------------------------------------------------------
 
 
+_MARKS_ASK_FIRST = 64
+"""A window of more rows than this asks first whether its session has an evicted reference at all."""
+
+
 def evicted_marks(conn: sqlite3.Connection, sid: str, first_seq: int, last_seq: int) -> dict[int, frozenset[str]]:
     """seq → the evicted refs (``attachments/<sha>``) of the session's messages in ``first_seq..last_seq``.
     A blob whose file is gone though no GC marked it yet has no mark here: :class:`LostBlobs` finds it in the
     window's bytes."""
+    if last_seq - first_seq >= _MARKS_ASK_FIRST and conn.execute(
+            "SELECT NOT EXISTS (SELECT 1 FROM attachment_refs WHERE session_id = ? AND evicted_at IS NOT NULL)",
+            (sid,)).fetchone()[0]:
+        return {}  # the join below walks the window's rows, one probe each (0.4 ms for 5,000): none to find
     out: dict[int, set[str]] = {}
     for seq, sha in conn.execute(
             # a line whose id another session held is indexed as {sessionId}:{id} (D444): either spelling
@@ -1070,6 +1078,18 @@ class LostBlobs:
         self._base: str | None = None
         self._seen: set[str] | None = None
         """The names known present: the memo's when the folder is unchanged and settled, else this read's."""
+        self._possible: bool | None = None
+
+    def possible(self) -> bool:
+        """Whether this read can find a lost blob at all. A lost blob is a ``live`` row without its file, so with
+        no live row (no attachment ever stored, or every one evicted) there is none, and a caller about to look
+        for references in many bytes may skip that scan (~3 GB/s: 20 ms for a 60 MB whole history). One
+        statement, asked once per read; a small window's scan costs less than the statement, so callers ask
+        only before a large one."""
+        if self._possible is None:
+            self._possible = bool(self._conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM attachment_blobs WHERE deletion_state = 'live')").fetchone()[0])
+        return self._possible
 
     def __call__(self, shas: Iterable[str]) -> set[str]:
         wanted = set(shas)

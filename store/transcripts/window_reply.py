@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -47,6 +48,9 @@ from store.transcripts.transcript import open_error
 __all__ = ["MAX_CHUNK", "Row", "describe_line", "encode_window", "project_line", "with_field"]
 
 MAX_CHUNK = 4 * 1024 * 1024
+LOST_SCAN_ASK = 256 * 1024
+"""A run of at least this many bytes asks first whether any blob is live (``LostBlobs.possible``) before it is
+scanned for references (a smaller one's scan costs less than the statement)."""
 
 Row = tuple[int, int, int, int, "str | None", "int | None", "int | None"]
 """``index.window_spans``: seq, line offset, line length, deleted, turn id, wire cut, line CRC."""
@@ -59,8 +63,14 @@ TURN: Final = 4
 WIRE: Final = 5
 CRC: Final = 6
 
-Lost = Callable[[set[str]], set[str]]
-"""Of the blobs (sha256) a window's bytes name, those whose file is gone (``store.attachments.LostBlobs``)."""
+class Lost(Protocol):
+    """Of the blobs (sha256) a window's bytes name, those whose file is gone (``store.attachments.LostBlobs``)."""
+
+    def __call__(self, shas: set[str], /) -> set[str]: ...
+
+    def possible(self) -> bool:
+        """False when no blob can be lost (none is live): the bytes need no scan for references."""
+        ...
 
 _HAS_TURN = 1  # wire_cut flags (low bits): the line has its own top-level turnId
 _CLOSE_META = 2  # only the receipt was cut out of meta: close meta again
@@ -144,13 +154,28 @@ def _chunks(rows: Sequence[Row]) -> list[tuple[int, int, int, int]]:
 
 
 def _runs(rows: Sequence[Row]) -> list[tuple[int, int, int, int]]:
-    """:func:`_chunks`, in O(1) for the usual window: its lines lie back to back in seq order, so the
-    bytes from the first line's offset to the last line's end are exactly the lines' (``lengths``)."""
+    """:func:`_chunks`, without a step per row for the usual window: its lines lie back to back in seq order,
+    so the bytes from the first line's offset to the last line's end are exactly the lines' (``lengths``), and
+    a window over :data:`MAX_CHUNK` (a whole-history page) is cut where a line's end passes each chunk's limit
+    (a binary search over the rows' ends: the same runs :func:`_chunks` finds)."""
     first, last = rows[0], rows[-1]
     size = last[OFFSET] + last[LENGTH] - first[OFFSET]
-    if 0 < size <= MAX_CHUNK and size == sum(map(itemgetter(LENGTH), rows)):
+    if not 0 < size or size != sum(map(itemgetter(LENGTH), rows)):
+        return _chunks(rows)
+    if size <= MAX_CHUNK:
         return [(0, len(rows), first[OFFSET], size)]
-    return _chunks(rows)
+    out: list[tuple[int, int, int, int]] = []
+    i, n = 0, len(rows)
+    while i < n:
+        base = rows[i][OFFSET]
+        j = max(bisect_right(rows, base + MAX_CHUNK, lo=i, key=_line_end), i + 1)  # a line over the limit: alone
+        out.append((i, j, base, _line_end(rows[j - 1]) - base))
+        i = j
+    return out
+
+
+def _line_end(row: Row) -> int:
+    return row[OFFSET] + row[LENGTH]
 
 
 def _pread_exactly(fd: int, length: int, offset: int, path: str) -> bytes:
@@ -223,6 +248,8 @@ def _encode_messages(pieces: list[Any], path: Path, rows: Sequence[Row], content
         for lo, hi, base, size in _runs(rows):
             buf = _pread_exactly(fd, size, base, name)
             view = memoryview(buf)  # slices of it are not copies: the reply's join copies each byte once
+            if lost is not None and size >= LOST_SCAN_ASK and not lost.possible():
+                lost = None  # no live blob: no reference in these bytes can name a lost one
             if lost is not None and REF_MARKER in buf and (gone := lost(quoted_refs(buf))):
                 evicted = _with_lost(evicted, rows[lo:hi], buf, base, gone)
                 any_evicted = True

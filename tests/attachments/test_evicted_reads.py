@@ -315,3 +315,47 @@ async def test_reads_check_each_blob_once_and_not_again_while_the_folder_is_unch
                 got = await c.call("session.get", {"sessionId": sid, "messageLimit": 50})
                 assert {b["ref"]: b.get("evicted", False) for b in _blocks(got["messages"])} == {
                     f"attachments/{sha}": sha == shas[0] for sha in shas}
+
+
+async def test_a_window_over_the_scan_threshold_still_marks_a_blob_deleted_by_hand(tmp_path: Path) -> None:
+    """A large window (a whole-history page, over ``LOST_SCAN_ASK``) asks first whether any blob is live
+    before it scans its bytes for references (``LostBlobs.possible``): with a live blob whose file is gone, the
+    block naming it still reads ``"evicted": true``; once the GC made every blob a tombstone (none live),
+    the skipped scan changes nothing: the mark comes from the evicted row (``evicted_marks``, which for a
+    window of many rows first asks whether the session has an evicted reference at all)."""
+    from store.transcripts.window_reply import LOST_SCAN_ASK
+
+    with trio.fail_after(60):
+        async with inprocess_host(tmp_path) as host, client_for(host) as c:
+            sid = (await c.call("session.create", {}))["id"]
+            text = "p" * 60_000
+            for i in range(LOST_SCAN_ASK // len(text) + 2):  # the window's bytes pass the threshold
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"f{i}", text)})
+            for i in range(70):  # and its rows the count over which evicted marks ask first whether there are any
+                await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"s{i}", "short")})
+            lost, kept = await _put(c, b"q" * 700), await _put(c, b"r" * 700)
+            await c.call("session.appendMessage", {"sessionId": sid, "message": msg(
+                "u-lost", "look", blocks=[{"type": "text", "text": "look"}, _att(lost), _att(kept)])})
+            (tmp_path / "attachments" / lost).unlink()
+            got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1000})
+            assert sum(len(m["blocks"][0].get("text", "")) for m in got["messages"]) > LOST_SCAN_ASK
+            assert _marks(_blocks(got["messages"])) == {lost: True, kept: False}
+            await c.call("settings.set", {"ns": "app", "key": "attachmentBudgetBytes", "value": 1})
+            await c.call("attachments.gc", {})
+            assert (await c.call("attachments.get", {"sha256": kept}))["deletionState"] == "evicted"
+            got = await c.call("session.get", {"sessionId": sid, "messageLimit": 1000})
+            assert _marks(_blocks(got["messages"])) == {lost: True, kept: True}
+
+
+def test_lost_blobs_are_possible_only_while_a_blob_is_live(tmp_path: Path) -> None:
+    import sqlite3
+
+    from store import attachments
+
+    conn = sqlite3.connect(tmp_path / "x.sqlite")
+    conn.execute("CREATE TABLE attachment_blobs (sha256 TEXT PRIMARY KEY, deletion_state TEXT NOT NULL)")
+    assert attachments.LostBlobs(conn).possible() is False
+    conn.execute("INSERT INTO attachment_blobs VALUES ('a', 'evicted'), ('b', 'evicting')")
+    assert attachments.LostBlobs(conn).possible() is False
+    conn.execute("INSERT INTO attachment_blobs VALUES ('c', 'live')")
+    assert attachments.LostBlobs(conn).possible() is True

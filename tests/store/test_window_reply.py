@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.jsonio import dumps_line
+from store.transcripts import window_reply
 from store.transcripts.records import INTERNAL_META, projects_new_keys, wire_record
 from store.transcripts.window_reply import MAX_CHUNK, describe_line, encode_window, with_field
 
@@ -257,3 +259,38 @@ def test_a_line_with_host_only_meta_besides_its_receipt_is_parsed_and_stripped(t
     reply, _ = encode_window(path, SESSION, [(1, 0, len(line), 0, "t9", wire, crc)], [], start=0, end=1, total=1,
                              content_limit=None)
     assert orjson.loads(reply)["messages"][0]["meta"] == {"status": "ok"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(window=_window(), chunk=st.integers(1, 400))
+def test_windows_over_the_chunk_size_read_in_runs_and_reply_the_same(tmp_path_factory: Any, window: Any,
+                                                                     chunk: int) -> None:
+    """A window over ``MAX_CHUNK`` (a whole-history page) is read in runs cut by a binary search over the
+    rows' ends: the same runs the row-by-row cut finds, and the same reply (here with a chunk of a few lines,
+    so a window of a dozen is cut many times, a line longer than a chunk alone)."""
+    body, rows, limit, target = window
+    path = Path(tmp_path_factory.mktemp("w")) / "s.jsonl"
+    path.write_bytes(b"".join(body))
+    with patch.object(window_reply, "MAX_CHUNK", chunk):
+        if rows:
+            assert window_reply._runs(rows) == window_reply._chunks(rows)
+        reply, _ = encode_window(path, SESSION, rows, [], start=0, end=len(rows), total=len(rows),
+                                 content_limit=limit, target_pos=target)
+    want = _reference([b[:-1] if b.endswith(b"\n") else b for b in body], rows, limit, target)
+    assert orjson.loads(reply)["messages"] == want
+
+
+def test_rows_out_of_file_order_over_the_chunk_size_are_each_read(tmp_path: Path) -> None:
+    """Rows whose lengths add up to their span but whose lines are out of the file's order, in a window over
+    the chunk size: every row's line is served, from its run's bytes or read alone."""
+    lines = [dumps_line({"type": "message", "id": f"l{i}", "role": "user", "blocks": [{"type": "text", "text": "z"}]})
+             for i in range(6)]
+    size = len(lines[0])
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(lines))
+    order = (0, 3, 1, 4, 2, 5)
+    rows = [(seq, line_no * size, size, 0, None, *describe_line(lines[line_no], orjson.loads(lines[line_no])))
+            for seq, line_no in enumerate(order, 1)]
+    with patch.object(window_reply, "MAX_CHUNK", 2 * size):
+        reply, _ = encode_window(path, SESSION, rows, [], start=0, end=6, total=6, content_limit=None)
+    assert [m["id"] for m in orjson.loads(reply)["messages"]] == [f"l{i}" for i in order]
