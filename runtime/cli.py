@@ -211,6 +211,8 @@ def _serve_command(sub: Any, common: argparse.ArgumentParser, as_json: argparse.
                        help="check the index table by table while idle, a pass every SECONDS (0 = never)")
     serve.add_argument("--integrity-sweep-after", type=_seconds(), default=5.0, metavar="SECONDS",
                        help="each step of that check waits until the DB writer has been idle this long")
+    serve.add_argument("--memory-trim-interval", type=_seconds(), default=10.0, metavar="SECONDS",
+                       help="give the heap's free memory back to the system every SECONDS (0 = never)")
     serve.add_argument("--native-pi-root", metavar="DIR", default=None,
                        help="list the pi sessions under DIR read-only as native-pi:<id> sessions")
     serve.add_argument("--quiet", action="store_true", help="no human log lines on stderr")

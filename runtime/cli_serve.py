@@ -51,6 +51,7 @@ def host_config(args: argparse.Namespace, data_dir: DataDir) -> HostConfig:
         search_upkeep_after=args.search_upkeep_after if args.search_upkeep_after > 0 else None,
         integrity_sweep_interval=args.integrity_sweep if args.integrity_sweep > 0 else None,
         integrity_sweep_after=max(0.0, args.integrity_sweep_after),
+        memory_trim_interval=args.memory_trim_interval if args.memory_trim_interval > 0 else None,
         import_roots=tuple(os.path.abspath(r) for r in args.import_root),
         disk_warn_below_bytes=args.disk_warn_below,
         native_pi_root=Path(args.native_pi_root).resolve() if args.native_pi_root else None,
@@ -85,6 +86,7 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(data_dir.root) else ""
         print(f"pi-host: cannot use {data_dir.root} as the data directory: {why}{where}", file=sys.stderr)
         return 2
+    tune_allocator()  # before the log writer's thread: a thread's arena is taken at its first allocation
     logs = setup_logging(data_dir.logs_dir, stderr=not args.quiet)
     try:
         return _serve_logged(args, data_dir)
@@ -94,7 +96,6 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
 
 def _serve_logged(args: argparse.Namespace, data_dir: DataDir) -> int:
     build_wire_models()  # built on first use elsewhere (a CLI command uses a few); a host's requests find them built
-    tune_allocator()
     raise_fd_limit()
     config = host_config(args, data_dir)
     # a data directory no pi-host ran before (an earlier app's, or a copy of one) has no token yet and never had

@@ -53,6 +53,9 @@ class HostConfig:
     integrity_sweep_interval: float | None = 3600.0
     integrity_sweep_first: float = 60.0  # the first pass, this many seconds after boot (at most the interval)
     integrity_sweep_after: float = 5.0
+    # Seconds between two returns of the heap's free memory to the kernel (runtime.process.release_free_memory;
+    # None = never). `pi-host serve` tunes the allocator to reuse large blocks (runtime.process) and sets this.
+    memory_trim_interval: float | None = None
     max_frame_bytes: int = 16 * 1024 * 1024
     max_params_bytes: int = 8 * 1024 * 1024
     log_to_stderr: bool = True

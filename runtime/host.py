@@ -75,7 +75,7 @@ from runtime.kernel.actor import InternalBug, reply_callback_failed
 from runtime.kernel.supervisor import ActorRef, ChildSpec, DynamicSupervisor, Supervisor
 from runtime.kernel.task_steps import TaskSteps
 from runtime.pipeline import Pipeline
-from runtime.process import freeze_boot_objects
+from runtime.process import freeze_boot_objects, release_free_memory
 from runtime.request_expiry import RequestExpiry, deadline_notifier, session_runner
 from runtime.routes import ROUTES, Route
 from runtime.version import VERSION
@@ -293,6 +293,8 @@ async def run_host(
                         reads, db_stats, idle_after=config.integrity_sweep_after,
                         interval=config.integrity_sweep_interval, on_corruption=index_corrupt,
                         db_path=data_dir.db_path, first_after=config.integrity_sweep_first).run)
+                if config.memory_trim_interval is not None:
+                    nursery.start_soon(_release_free_memory_every, config.memory_trim_interval)
                 db = DbHandle(lambda op: writer_ref.ask(op, timeout=config.ask_timeout))
                 # a failed deferred index op is repaired from its transcript before it counts as covered
                 nursery.start_soon(index_log.run_repairs, lambda fn: db.write(
@@ -556,6 +558,14 @@ def _write_clean_marker(data_dir: Any, now: int, actors: dict[str, int]) -> None
     except (OSError, StoreError) as exc:
         log.error("the clean-shutdown marker could not be written (%s); the next boot checks every session "
                   "as after a crash", getattr(exc, "code", type(exc).__name__), extra={"error": str(exc)})
+
+
+async def _release_free_memory_every(interval: float) -> None:
+    """The heap's free memory back to the kernel, every ``interval`` seconds (``runtime.process``: large blocks
+    are reused while reads run; what a burst left free is returned here)."""
+    while True:
+        await trio.sleep(interval)
+        await trio.to_thread.run_sync(release_free_memory)
 
 
 def _remove_host_json(data_dir: Any) -> None:

@@ -43,6 +43,8 @@ if str(SCRIPTS) not in sys.path:
 from bench_common import ROOT, SIZES, Section, Sizes, Target, machine_info, rnd, shown  # noqa: E402 - after the sys.path setup above
 from bench_report import render_markdown  # noqa: E402 - after the sys.path setup above
 
+from runtime.process import tune_allocator  # noqa: E402 - after the sys.path setup above
+
 SectionFn = Callable[[Sizes, Path], Section]
 SECTION_KEYS = ("appends", "windows", "synchronous", "gateway", "history", "search", "revisions", "import", "cli")
 
@@ -294,6 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"unknown section(s): {', '.join(unknown)} (known: {', '.join(SECTION_KEYS)})")
     out = args.out.resolve()
     work = (args.work or out / "work").resolve()
+    # the allocator as `pi-host serve` has it (runtime/process.py), before any thread: the in-process host and
+    # every baseline measured in this process run on it, as the served host does
+    tune_allocator()
     report = run(size, out, work, only, args.keep_work)
     targets = [t for s in report["sections"].values() for t in s["targets"]]
     misses = sum(t["verdict"] == "MISS" for t in targets)

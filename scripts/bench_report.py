@@ -121,7 +121,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"{' (incomplete)' if not meta.get('complete') else ''}.",
         "",
         f"Machine: {machine['cores']} cores, {machine['platform']}, Python {machine['python']}, "
-        f"SQLite {machine['sqlite']}, git {machine.get('gitCommit') or '?'}.",
+        f"SQLite {machine['sqlite']}, git {machine.get('gitCommit') or '?'}. The bench process's allocator is "
+        "tuned as `pi-host serve` tunes its own (`runtime.process.tune_allocator`), for the in-process host and "
+        "every baseline alike.",
         f"Bench directory `{machine['benchDir']}` on {fs['type']} ({fs['device']} mounted at {fs['mount']}).",
         "",
         "Every ratio below was measured in this run against a baseline measured in this run. "
