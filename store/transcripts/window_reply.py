@@ -48,9 +48,10 @@ from store.transcripts.transcript import open_error
 __all__ = ["MAX_CHUNK", "Row", "describe_line", "encode_window", "project_line", "with_field"]
 
 MAX_CHUNK = 4 * 1024 * 1024
-LOST_SCAN_ASK = 256 * 1024
+LOST_SCAN_ASK = 16 * 1024
 """A run of at least this many bytes asks first whether any blob is live (``LostBlobs.possible``) before it is
-scanned for references (a smaller one's scan costs less than the statement)."""
+scanned for references: the statement costs ~4.4 us, the scan ~1.4 us per 4 KiB (20 us for a newest-50 page of
+66 KB, 20 ms for a whole 60 MB history), so a smaller run is scanned without asking."""
 
 Row = tuple[int, int, int, int, "str | None", "int | None", "int | None"]
 """``index.window_spans``: seq, line offset, line length, deleted, turn id, wire cut, line CRC."""

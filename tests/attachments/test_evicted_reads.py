@@ -328,7 +328,7 @@ async def test_a_window_over_the_scan_threshold_still_marks_a_blob_deleted_by_ha
     with trio.fail_after(60):
         async with inprocess_host(tmp_path) as host, client_for(host) as c:
             sid = (await c.call("session.create", {}))["id"]
-            text = "p" * 60_000
+            text = "p" * 6_000
             for i in range(LOST_SCAN_ASK // len(text) + 2):  # the window's bytes pass the threshold
                 await c.call("session.appendMessage", {"sessionId": sid, "message": msg(f"f{i}", text)})
             for i in range(70):  # and its rows the count over which evicted marks ask first whether there are any
