@@ -357,4 +357,8 @@ async def test_a_boot_after_a_full_disk_needs_the_room_it_names_and_a_refused_on
         finally:
             await trio.to_thread.run_sync(host.terminate)
         assert boot["reconcile"]["errors"] == 0 and boot["walFold"]["folded"], boot
-        assert boot["mergesDeferred"] is True  # a 12 MiB disk stays short of room for a merge of the index
+        # a 12 MiB disk stays short of room for a merge of the index: merges stay deferred after a catch-up (when
+        # the host that filled the disk had indexed every line it acknowledged, there is none: a run under load met
+        # that, and the flag is then rightly left alone)
+        if boot["reconcile"]["indexedMessages"]:
+            assert boot["mergesDeferred"] is True, boot
