@@ -241,13 +241,23 @@ class Present:
 EVERY_KIND: Final = Present()
 """Nothing known to be absent: every statement runs (a row read outside the snapshot, e.g. the actor's)."""
 
+_HAS_EVICTED_REFS_SQL: Final = (
+    "EXISTS (SELECT 1 FROM attachment_refs r WHERE r.session_id = s.id AND r.evicted_at IS NOT NULL)")
+
+
+def has_evicted_refs(conn: sqlite3.Connection, session_id: str) -> bool:
+    """:attr:`Present.evicted` alone: the session has a reference whose blob was evicted."""
+    row = conn.execute(f"SELECT {_HAS_EVICTED_REFS_SQL} FROM sessions s WHERE id = ?", (session_id,)).fetchone()
+    return bool(row and row[0])
+
+
 _SESSION_PRESENT_SQL: Final = (
     f"SELECT {SESSION_COLUMNS}, (SELECT path FROM projects p WHERE p.id = s.project_id), "
     "EXISTS (SELECT 1 FROM plan_approvals a WHERE a.session_id = s.id), "
     "EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id), "
     "EXISTS (SELECT 1 FROM thread_meta m WHERE m.session_id = s.id), "
     "EXISTS (SELECT 1 FROM compactions c WHERE c.session_id = s.id), "
-    "EXISTS (SELECT 1 FROM attachment_refs r WHERE r.session_id = s.id AND r.evicted_at IS NOT NULL) "
+    f"{_HAS_EVICTED_REFS_SQL} "
     "FROM sessions s WHERE id = ?"
 )
 _PRESENT_COLUMNS: Final = 5
