@@ -133,10 +133,10 @@ def find_host(data_dir: DataDir) -> HostState:
         # a zombie: it will never answer, and its threads let go of the lock within moments; wait for that (or
         # an offline read would meet the lock still held), then say it was killed
         _wait_lock_dropped(data_dir, DYING_HOST_LOCK_WAIT_S)
+    elif raw is None:
+        return HostState(running=False, problem=f"no host is running on {data_dir.root}")
     else:
         state = _pid_state(pid) if pid is not None else "gone"
-        if raw is None:
-            return HostState(running=False, problem=f"no host is running on {data_dir.root}")
     if state == "alive":
         why = f"pid {pid} is alive but does not hold {data_dir.lock_path.name} (a reused pid)"
     else:
