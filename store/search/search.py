@@ -561,7 +561,7 @@ def _trigram_counts(conn: sqlite3.Connection, plan: QueryPlan, n_hazard: int) ->
     ).fetchone()[0]
     if not blob:
         return _Found(plan, {})
-    counts = {int(ordinal): n for ordinal, n in Counter(blob.split(",")).items()}
+    counts = run_counts(blob)
     rejected: set[int] = set()
     if n_hazard:
         suspects = [
@@ -579,6 +579,35 @@ def _trigram_counts(conn: sqlite3.Connection, plan: QueryPlan, n_hazard: int) ->
             if counts[ordinal] <= 0:
                 del counts[ordinal]
     return _Found(plan, counts, rejected=frozenset(rejected))
+
+
+_RUN = re.compile(r"(\d+)(?:,\1(?![0-9]))*")
+"""One session's hits in :func:`run_counts`: a number, then the same number again after each comma."""
+
+
+def run_counts(joined: str) -> dict[int, int]:
+    """How many times each number occurs in ``joined``, non-negative integers joined by commas.
+
+    FTS5 returns a query's rowids ascending, so the ordinals of one session's hits (``rowid >> 24``) come
+    as one run of the same number: one regular-expression match each (the C matcher walks the run), not a
+    Python string per hit as ``Counter(joined.split(","))`` made (measured at 1M messages, 40,000-90,000
+    hits in some 4,800 sessions: ~35 % less time for the count, about half for 300,000 hits). A run met
+    twice adds up. The matches must tile the string (each one starting right after the comma that ended
+    the last); anything else (a sign, a space) and the items are counted one by one, as before."""
+    counts: dict[int, int] = {}
+    get = counts.get
+    expected = 0
+    for m in _RUN.finditer(joined):
+        start, end = m.span()
+        if start != expected:
+            break
+        first = m.group(1)
+        ordinal = int(first)
+        counts[ordinal] = get(ordinal, 0) + (end - start + 1) // (len(first) + 1)  # k items, k - 1 commas
+        expected = end + 1
+    if expected != len(joined) + 1:
+        return dict(Counter(map(int, joined.split(","))))
+    return counts
 
 
 def _scan_matches(conn: sqlite3.Connection, plan: QueryPlan, params: dict[str, Any]) -> _Found:
@@ -642,7 +671,11 @@ def _matched_page(
         totals = _Totals(len(matched), sum(h.message_matches for h in matched))
         remaining = matched if key is None else [h for h in matched if (h.updated_at, h.session_id) < key]
         return totals, remaining[:limit], len(remaining) > limit
-    live = {r[0] for r in conn.execute("SELECT ordinal FROM sessions WHERE deleted_at IS NULL AND ordinal IS NOT NULL")}
+    # one string, not a row per session (5,000 sessions: 1.0 ms instead of 2.9)
+    joined = conn.execute(
+        "SELECT group_concat(ordinal) FROM sessions WHERE deleted_at IS NULL AND ordinal IS NOT NULL"
+    ).fetchone()[0]
+    live = set(map(int, joined.split(","))) if joined else set()
     live_counts = {o: n for o, n in counts.items() if o in live}
     flagged_only = sum(1 for f in flagged.values() if f.ordinal not in live_counts)
     totals = _Totals(len(live_counts) + flagged_only, sum(live_counts.values()))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -374,3 +375,20 @@ def test_a_rejected_hazard_hit_is_neither_counted_nor_shown(mode: str, query: st
         assert [s["seq"] for s in res["results"][0]["snippets"]] == [2]
         res = search_sessions(b.conn, query, snippets_per_session=2)
         assert [s["seq"] for s in res["results"][0]["snippets"]] == [2, 4]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=10**12), min_size=1, max_size=60), st.booleans())
+def test_run_counts_counts_every_number(numbers: list[int], ascending: bool) -> None:
+    """``run_counts`` (a regular-expression match per run of one number) counts what ``Counter`` counts,
+    for runs in FTS5's ascending order and for numbers in any order (a run met twice adds up); prefixes
+    of one another side by side (``12,123``, ``123,12``) are told apart."""
+    if ascending:
+        numbers = sorted(numbers)
+    assert search_module.run_counts(",".join(map(str, numbers))) == Counter(numbers)
+
+
+@pytest.mark.parametrize("joined", ["12,12,123,123,123,1234", "123,12,12,1,-1", "7, 7,7", "5,5,+5", "0,00,0"])
+def test_run_counts_of_items_it_cannot_match_count_them_one_by_one(joined: str) -> None:
+    """A sign, a space or a leading zero: the items are counted as ``int`` reads them, as before."""
+    assert search_module.run_counts(joined) == Counter(int(item) for item in joined.split(","))
