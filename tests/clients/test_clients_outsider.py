@@ -48,6 +48,7 @@ from pihost_client import (
     RpcError,
     connect,
 )
+from pihost_client._ws import WebSocketClosed, connect_websocket
 from tests.clients.relay import Relay, free_port
 from tests.clients.test_client_holds_up import (
     BACKENDS,
@@ -327,6 +328,41 @@ def test_a_call_cancelled_by_its_caller_leaves_the_client_working(host: Host, ba
         await host.terminate()
 
     run(backend, body)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_send_cancelled_part_way_ends_its_connection(backend: str) -> None:
+    """_ws.py: a frame whose send was cancelled may be partly on the wire (trio writes it in pieces as the
+    socket takes them), and the peer reads whatever follows as the rest of it: the next call's frame, the
+    keepalive's ping. That next call then waited for the keepalive to give up (some 20 s; the test above took
+    that long 1 time in 20 under trio). Now the connection ends there: ``closed`` is set, a later send raises
+    at once (the client reconnects), and the peer gets nothing after the cut frame, then the end of the stream.
+    The peer here never reads until the send was cancelled, so its socket buffers fill part way through."""
+    server = FakeServer(None)
+    payload = 24 << 20  # far more than loopback's socket buffers hold
+    frame_bytes = 2 + 8 + 4 + payload  # a masked text frame with a 64-bit length
+
+    async def body() -> None:
+        ws = await connect_websocket(f"ws://127.0.0.1:{server.port}/")
+        with anyio.move_on_after(0.5) as sending:
+            await ws.send("y" * payload)
+        assert sending.cancelled_caught, "the send was not held up by the peer's full buffers"
+        assert isinstance(ws.closed, WebSocketClosed) and "cancelled" in str(ws.closed), ws.closed
+        with pytest.raises(WebSocketClosed):
+            await ws.send('{"after": true}')
+        await ws.aclose()
+
+    try:
+        anyio.run(body, backend=backend)
+        assert server.accepted.wait(5)
+        conn = server.conns[0]
+        conn.settimeout(20)
+        got = 0
+        while chunk := conn.recv(1 << 20):  # what was sent, then the end of the stream (not a timeout)
+            got += len(chunk)
+        assert 0 < got <= frame_bytes, (got, frame_bytes)
+    finally:
+        server.close()
 
 
 # -- no host, a garbage answer, a silent WebSocket -------------------------------------------------------------

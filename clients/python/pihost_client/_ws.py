@@ -112,10 +112,21 @@ class WebSocket:
 
     async def _write(self, data: bytes) -> None:
         async with self._send_lock:
+            if self._closed is not None:  # e.g. a frame cut short while this one waited for the lock
+                raise self._closed
             try:
                 await self._stream.send(data)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 raise self._mark(1006, f"send failed: {exc!r}") from None
+            except BaseException:
+                # Cancelled (or interrupted) while the frame was going out: under trio part of it may be on the
+                # wire, and the peer would read whatever came next as the rest of it (a later call waited for a
+                # keepalive to find the connection dead). Nothing more is sent on it: closed now, so its reader
+                # ends and the client reconnects.
+                self._mark(1006, "a send was cancelled before its frame was written whole")
+                with anyio.CancelScope(shield=True):
+                    await self._stream.aclose()
+                raise
 
     def _mark(self, code: int | None, reason: str | None) -> WebSocketClosed:
         if self._closed is None:
