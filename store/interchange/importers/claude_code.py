@@ -172,8 +172,9 @@ SKIPPED_TYPES = frozenset({
     "file-history-snapshot", "queue-operation", "last-prompt", "attachment", "permission-mode", "mode",
     "agent-name", "pr-link", "frame-link", "worktree-state", "relocated", "bridge-session", "started", "result",
     "atis-latch", "agent-setting", "tag",
-    # Claude Code 2.1.3xx: the requests it sent (shape, blobs, params), the run's cost and tools used
-    "api-request", "api-request-blob", "api-request-shape", "cost-state", "tools-used",
+    # Claude Code 2.1.3xx: the requests it sent (shape, blobs, params, and from 2.1.337 the route: provider
+    # and credential kind), the run's cost and tools used
+    "api-request", "api-request-blob", "api-request-shape", "api-request-route", "cost-state", "tools-used",
 })
 COST_KEYS = {"inputTokens": "input_tokens", "outputTokens": "output_tokens",
              "cacheReadInputTokens": "cache_read_input_tokens",
