@@ -14,7 +14,8 @@
     pi-host settings get [KEY] | set KEY JSON | delete KEY  [--ns NS]   (app: a field of the settings blob)
     pi-host providers | models [--provider ID]  [--json]
     pi-host doctor [--repair] [--json] [--data-dir D]   (offline; exit 0 clean, 1 repairable/repaired,
-                                                        2 damage it cannot repair, 3 refused: host running)
+                                                        2 damage it cannot repair, 3 refused: host running,
+                                                        or no pi-host data there)
 
 --dev (any command) uses the development root ~/.pi-desktop-dev instead of the
 packaged app's ~/.pi-desktop; --data-dir and $PI_DESKTOP_DATA_DIR still win.

@@ -25,6 +25,12 @@ def doctor(args: argparse.Namespace, data_dir: DataDir) -> int:
     if not data_dir.root.is_dir():
         print(f"pi-host doctor: {data_dir.root} is not a directory", file=sys.stderr)
         return 3
+    if not data_dir.db_path.exists() and not data_dir.sessions_dir.is_dir():
+        # A folder given by mistake (a typo in --data-dir, the project instead of the data): "clean" would
+        # say its data was checked. A data directory that lost its index keeps sessions/ (its transcripts).
+        print(f"pi-host doctor: {data_dir.root} holds no pi-host data ({data_dir.db_path.name} and "
+              f"{data_dir.sessions_dir.name}/ are missing); check --data-dir (or PI_DESKTOP_DATA_DIR)", file=sys.stderr)
+        return 3
     try:
         with held_leaving_no_file(data_dir):
             report = _run(args, data_dir)

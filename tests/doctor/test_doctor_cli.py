@@ -97,3 +97,20 @@ def test_progress_bar_only_on_a_terminal(data: DataDir) -> None:
     as_json = _run_on_a_terminal(data, "--json")
     assert "doctor: sessions" not in as_json
     assert json.loads(as_json)["exitCode"] == 0
+
+
+def test_refuses_a_folder_that_holds_no_pi_host_data(tmp_path: Path) -> None:
+    """A folder given by mistake (neither ``pi.sqlite`` nor ``sessions/``) was reported "clean" with an info that
+    the next start would create an index: as if its data had been checked. Now it is refused (exit 3), says what
+    is missing, and is left as it was; a data directory that only lost its index (``sessions/`` kept) is still
+    checked."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a data directory")
+    done = cli(DataDir(folder))
+    assert done.returncode == 3 and done.stdout == ""
+    assert "holds no pi-host data" in done.stderr and "pi.sqlite" in done.stderr and "sessions/" in done.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    (folder / "sessions").mkdir()
+    lost_index = cli(DataDir(folder))
+    assert lost_index.returncode == 0 and "schema.missing" in lost_index.stdout, lost_index.stdout

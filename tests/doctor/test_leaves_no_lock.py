@@ -21,8 +21,7 @@ def test_a_directory_that_is_not_a_data_directory_stays_empty(tmp_path: Path) ->
     empty = tmp_path / "empty"
     empty.mkdir()
     done = cli(DataDir(empty))
-    assert done.returncode == 0, done.stderr
-    assert "schema.missing" in done.stdout  # it did look
+    assert done.returncode == 3 and "holds no pi-host data" in done.stderr, done.stderr  # refused, not "clean"
     assert _names(empty) == set()
 
 
