@@ -167,7 +167,9 @@ class AttachmentsGcResult(Result):
         "(default 1 hour). Least recently used first; never in evicted too.",
     )
     freed_bytes: Count = Field(description="Bytes of the evicted and the unreferencedEvicted blobs.")
-    orphans_removed: Count = Field(description="Blob files without an index row (crash leftovers).")
+    orphans_removed: Count = Field(description="Blob files without an index row that no session file or queued turn "
+                                               "refers to, removed: an interrupted put's leftover, or a blob a rebuilt "
+                                               "index has no row for.")
     estimate: AttachmentsEstimate
     scan_incomplete: list[str] | None = Field(
         default=None,

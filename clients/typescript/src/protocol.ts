@@ -335,7 +335,7 @@ export interface AttachmentsGcResult {
   unreferencedEvicted?: string[];
   /** Bytes of the evicted and the unreferencedEvicted blobs. */
   freedBytes: number;
-  /** Blob files without an index row (crash leftovers). */
+  /** Blob files without an index row that no session file or queued turn refers to, removed: an interrupted put's leftover, or a blob a rebuilt index has no row for. */
   orphansRemoved: number;
   estimate: AttachmentsEstimate;
   /** Present when not empty: the sessions whose files the reference scan could not read whole (a line over the 64 MiB line limit, a damaged line, an unreadable file). Such a session may reference any blob: this GC swept nothing unreferenced (unreferencedEvicted is empty), kept their recorded references, and evicted nothing over budget when one of them is the active session. */
