@@ -88,8 +88,11 @@ def read_offline_command(command: str, args: argparse.Namespace, data_dir: DataD
     except StoreError as exc:  # what the host would have answered: its code, message and details
         print_error(exc.code, exc.message, exc.data)
         return EXIT_ERROR
-    except OSError as exc:  # e.g. the data directory is a file
-        print(f"pi-host: cannot read {data_dir.root}: {exc}", file=sys.stderr)
+    except OSError as exc:
+        if data_dir.root.exists() and not data_dir.root.is_dir():  # worded as serve words it
+            print(f"pi-host: cannot use {data_dir.root} as the data directory: it is not a folder", file=sys.stderr)
+        else:
+            print(f"pi-host: cannot read {data_dir.root}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_NO_HOST
     print(f"pi-host: no host running; read {data_dir.root} offline" + (f" ({note})" if note else ""),
           file=sys.stderr)

@@ -343,8 +343,10 @@ def test_offline_reads_of_a_damaged_index_or_a_file_for_a_data_dir_say_so_withou
         assert "cannot be read" in got.stderr and "pi-host serve" in got.stderr
     a_file = tmp_path / "afile"
     a_file.write_text("hi")
-    got = cli("--data-dir", str(a_file), "sessions")
-    assert got.returncode not in (0, 1) and "Traceback" not in got.stderr, got.stderr
+    for command in (["sessions"], ["show", "abc"], ["search", "foo"]):  # one line, worded as serve words it
+        got = cli("--data-dir", str(a_file), *command)
+        assert got.returncode == 2 and "Traceback" not in got.stderr, got.stderr
+        assert got.stderr == f"pi-host: cannot use {a_file} as the data directory: it is not a folder\n", got.stderr
 
 
 def test_serve_listens_on_loopback_only(tmp_path: Path) -> None:
