@@ -158,7 +158,8 @@ async def get_direct(services: Services, p: m.SessionGetParams, caller: CallCont
     hop (``_read_cold``: the session row, the file check, the window, the in-flight checkpoint), from the
     request's own task. ``None``: not served here, the session actor serves it (the caller posts it there).
 
-    Only the plain case: a caller that is not a plugin (no import scope to check), not a forward page (its
+    Only the plain case: a caller that is not a plugin (a plugin's read of a session it did not import is refused
+    here, without the actor; its other reads go there), not a forward page (its
     next page is read ahead by the actor), a clean file whose size and epoch are the index's, no reply
     streaming (no checkpoint), no navigation parent, the ``messageAround`` target found. Everything else,
     and every error, goes to the actor, which reads again and answers as it always did.
@@ -172,6 +173,10 @@ async def get_direct(services: Services, p: m.SessionGetParams, caller: CallCont
     one (the snapshot's). Lines are CRC-checked against the snapshot's rows; a mismatch is not trusted
     here (the actor reads again: real damage is reported there)."""
     if caller.plugin_id is not None:
+        # A plugin reaches only the sessions it imported: a session of another is refused here, in one read-pool
+        # hop, instead of starting its actor to refuse it there. One it may read goes to the actor (which checks
+        # again, as every session route does for a plugin).
+        await scope_session(services.reads.run, caller, p.session_id)
         return None
     req = window_request(p, caller.client_kind)
     if req.start is not None:

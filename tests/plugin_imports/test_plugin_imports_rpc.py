@@ -194,3 +194,25 @@ async def test_ui_trash_restore_purge_of_a_host_session_and_search(tmp_path: Pat
             # the purge's receipt outlives the session
             again = await ui.call("sessions.purge", {"sessionId": sid, "submissionId": "purge-1"})
             assert again == {"sessionId": sid, "purged": True}
+
+
+async def test_a_plugin_refused_a_session_starts_no_actor_for_it(tmp_path: Path) -> None:
+    """A plugin's ``session.get`` of a session it did not import (another's, one that does not exist, its own in
+    the trash) is refused with the same answers as before, without starting that session's actor: before, each
+    refusal came from a session actor started for it, and a plugin probing ids started one per id. Its own
+    session is served as before."""
+    root = tmp_path / "data"
+    with trio.fail_after(60):
+        async with inprocess_host(root) as host, client_for(host, "p1", kind="plugin", plugin_id="alpha") as alpha, \
+                client_for(host, "ui", kind="ui") as ui:
+            mine = (await alpha.call("plugins.importSession", IMPORT))["sessionId"]
+            trashed = (await alpha.call("plugins.importSession", {**IMPORT, "externalId": "conv-90"}))["sessionId"]
+            await alpha.call("sessions.trash", {"sessionId": trashed})
+            other = (await ui.call("session.create", {"title": "the user's"}))["id"]
+        async with inprocess_host(root) as host, client_for(host, "p1", kind="plugin", plugin_id="alpha") as alpha:
+            for sid, code in ((other, "PERMISSION_DENIED"), ("no-such-session", "PERMISSION_DENIED"),
+                              (trashed, "SESSION_NOT_FOUND")):
+                await denied(alpha, "session.get", {"sessionId": sid}, code)
+                assert not host.services.sessions.running(sid), sid
+            page = await alpha.call("session.get", {"sessionId": mine})
+            assert [m["id"].rsplit(":", 1)[-1] for m in page["messages"]] == ["u1", "a1"]
