@@ -365,6 +365,35 @@ def test_a_send_cancelled_part_way_ends_its_connection(backend: str) -> None:
         server.close()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_send_cancelled_before_it_started_leaves_its_connection_open(backend: str) -> None:
+    """The other side of the test above: a call whose cancel scope was cancelled before its frame started
+    (nothing written) keeps the connection (no needless reconnect), and the next frame goes out whole."""
+    server = FakeServer(None)
+
+    async def body() -> None:
+        ws = await connect_websocket(f"ws://127.0.0.1:{server.port}/")
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await ws.send('{"never": "sent"}')
+        assert scope.cancelled_caught and ws.closed is None
+        await ws.send('{"after": true}')
+        await ws.aclose()
+
+    try:
+        anyio.run(body, backend=backend)
+        assert server.accepted.wait(5)
+        conn = server.conns[0]
+        conn.settimeout(20)
+        got = b""
+        while chunk := conn.recv(65536):
+            got += chunk
+        # a masked text frame of 15 bytes ('{"after": true}'), then the close frame: nothing of the cancelled one
+        assert got[0] == 0x81 and got[1] == 0x80 | len('{"after": true}') and got[2 + 4 + 15] == 0x88, got.hex()
+    finally:
+        server.close()
+
+
 # -- no host, a garbage answer, a silent WebSocket -------------------------------------------------------------
 class FakeServer:
     """A TCP server on loopback that answers every connection with ``reply`` (bytes, or None: accept the

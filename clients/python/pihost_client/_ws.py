@@ -119,6 +119,7 @@ class WebSocket:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 raise self._mark(1006, f"send failed: {exc!r}") from None
             except BaseException:
+                # (A call cancelled before its frame started stops at the lock above, the connection untouched.)
                 # Cancelled (or interrupted) while the frame was going out: under trio part of it may be on the
                 # wire, and the peer would read whatever came next as the rest of it (a later call waited for a
                 # keepalive to find the connection dead). Nothing more is sent on it: closed now, so its reader
