@@ -158,11 +158,10 @@ async def get_direct(services: Services, p: m.SessionGetParams, caller: CallCont
     hop (``_read_cold``: the session row, the file check, the window, the in-flight checkpoint), from the
     request's own task. ``None``: not served here, the session actor serves it (the caller posts it there).
 
-    Only the plain case: a caller that is not a plugin (a plugin's read of a session it did not import is refused
-    here, without the actor; its other reads go there), not a forward page (its
-    next page is read ahead by the actor), a clean file whose size and epoch are the index's, no reply
-    streaming (no checkpoint), no navigation parent, the ``messageAround`` target found. Everything else,
-    and every error, goes to the actor, which reads again and answers as it always did.
+    Only the plain case: not a forward page (its next page is read ahead by the actor), a clean file whose size
+    and epoch are the index's, no reply streaming (no checkpoint), no navigation parent, the ``messageAround``
+    target found. Everything else, and every error, goes to the actor, which reads again and answers as it
+    always did; but a plugin's read of a session it did not import is refused here, without the actor.
 
     Why it is exact without the actor (``docs/DESIGN.md``, "Reads without the session actor"): with no
     actor running, every write of this session that was acknowledged is durable in the transcript and, when
@@ -172,16 +171,14 @@ async def get_direct(services: Services, p: m.SessionGetParams, caller: CallCont
     moves no byte under it, or replaces the file by a rename, which leaves the open descriptor on the old
     one (the snapshot's). Lines are CRC-checked against the snapshot's rows; a mismatch is not trusted
     here (the actor reads again: real damage is reported there)."""
-    if caller.plugin_id is not None:
-        # A plugin reaches only the sessions it imported: a session of another is refused here, in one read-pool
-        # hop, instead of starting its actor to refuse it there. One it may read goes to the actor (which checks
-        # again, as every session route does for a plugin).
-        await scope_session(services.reads.run, caller, p.session_id)
-        return None
     req = window_request(p, caller.client_kind)
     if req.start is not None:
         return None
     sid = p.session_id
+    if caller.plugin_id is not None:
+        # A plugin reaches only the sessions it imported: checked here (its refusal starts no actor), then read as
+        # any caller's; what goes to the actor is checked there again, as every session route does for a plugin.
+        await scope_session(services.reads.run, caller, sid)
     paths = services.paths(sid)
     try:
         cold, checkpoint = await services.reads.run(_read_cold, sid, paths.transcript, paths.inflight, req,
