@@ -318,8 +318,12 @@ async def _free_up_to(mnt: Path, want: int) -> None:
     assert _free(mnt) >= want
 
 
+_NEEDS = re.compile(r"needs (\d+) bytes free")
+"""The room a refused start names."""
+
+
 def _named_need(proc: subprocess.CompletedProcess[str]) -> int:
-    found = re.search(r"needs (\d+) bytes free", proc.stderr)
+    found = _NEEDS.search(proc.stderr)
     assert found, proc.stderr[-3000:]
     return int(found.group(1))
 
@@ -349,7 +353,7 @@ async def test_a_boot_after_a_full_disk_needs_the_room_it_names_and_a_refused_on
             used = _used(mnt)
             # a refusal takes a second or two; a start still running after 20 s is serving (the case below)
             refused = await trio.to_thread.run_sync(partial(_boot_once, data, timeout=20 if setup < 2 else 60))
-            if re.search(r"needs (\d+) bytes free", refused.stderr) is None and setup < 2:
+            if _NEEDS.search(refused.stderr) is None and setup < 2:
                 # the disk this fill left had room for the fold (its last failed writes gave some back): that start
                 # went on past it (and served, or ran out in its catch-up), not the case here; fill another disk
                 continue
