@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from runtime.cli_client import EXIT_ERROR, EXIT_NO_HOST, HostState, print_error, print_result
-from runtime.datadir import DataDir
+from runtime.datadir import NOT_A_FOLDER, DataDir
 from store.errors import InvalidInput, SessionNotFound, StoreError
 from store.indexing import cursors, index
 from store.indexing.database import offline_reads, open_offline_reader, schema_version
@@ -89,8 +89,8 @@ def read_offline_command(command: str, args: argparse.Namespace, data_dir: DataD
         print_error(exc.code, exc.message, exc.data)
         return EXIT_ERROR
     except OSError as exc:
-        if data_dir.root.exists() and not data_dir.root.is_dir():  # worded as serve words it
-            print(f"pi-host: cannot use {data_dir.root} as the data directory: it is not a folder", file=sys.stderr)
+        if data_dir.root.exists() and not data_dir.root.is_dir():
+            print(data_dir.unusable(NOT_A_FOLDER), file=sys.stderr)
         else:
             print(f"pi-host: cannot read {data_dir.root}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_NO_HOST

@@ -26,7 +26,7 @@ import trio
 from protocol.models import build_all as build_wire_models
 from runtime.boot import BootInterrupted, refuse_before_writing
 from runtime.config import HostConfig
-from runtime.datadir import DataDir, DataDirLocked, DataDirUnsafe
+from runtime.datadir import NOT_A_FOLDER, DataDir, DataDirLocked, DataDirUnsafe
 from runtime.host import Shutdown, run_host
 from runtime.kernel.supervisor import RestartIntensityExceeded
 from runtime.logs import setup_logging
@@ -82,9 +82,9 @@ def serve(args: argparse.Namespace, data_dir: DataDir) -> int:
         print(f"pi-host: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file, a folder it may not write, a read-only disk: one line, as for a busy port
-        why = "it is not a folder" if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
+        why = NOT_A_FOLDER if isinstance(exc, FileExistsError) else exc.strerror or str(exc)
         where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(data_dir.root) else ""
-        print(f"pi-host: cannot use {data_dir.root} as the data directory: {why}{where}", file=sys.stderr)
+        print(data_dir.unusable(why + where), file=sys.stderr)
         return 2
     tune_allocator()  # before the log writer's thread: a thread's arena is taken at its first allocation
     logs = setup_logging(data_dir.logs_dir, stderr=not args.quiet)

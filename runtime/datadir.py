@@ -50,6 +50,10 @@ DEV_ROOT = ".pi-desktop-dev"
 RootSource = Literal["flag", "env", "dev", "packaged"]
 
 
+NOT_A_FOLDER = "it is not a folder"
+"""Why a data directory that is a file (or other non-folder) cannot be used."""
+
+
 class DataDirLocked(RuntimeError):
     """Another host already owns this data directory."""
 
@@ -198,6 +202,11 @@ class DataDir:
     def transcript_path(self, session_id: str) -> Path:
         """The transcript of one session (a read-pool thread may ask: builds nothing shared)."""
         return self.session_paths(session_id).transcript
+
+    def unusable(self, why: str) -> str:
+        """The one line every command prints when it cannot use this folder as a data directory (``why``: e.g.
+        :data:`NOT_A_FOLDER`)."""
+        return f"pi-host: cannot use {self.root} as the data directory: {why}"
 
     def session_paths(self, session_id: str) -> SessionPaths:
         """Every path of one session, each joined when first asked for (see ``SessionPaths``).
